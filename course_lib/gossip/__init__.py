@@ -1,0 +1,29 @@
+"""Lesson 04: decentralized learning. Gossip averaging and D-PSGD on networkx graphs.
+
+* :mod:`.topologies`: ring, path, torus, hypercube, star, complete, expander, Erdos-Renyi;
+  graph checks and the disconnected-graph warning.
+* :mod:`.mixing`: Metropolis-Hastings weights, matrix checks, spectrum and rate r.
+* :mod:`.consensus`: single-process references (same summation order as the workers).
+* :mod:`.dpsgd`: the least-squares problem, D-PSGD and centralised SGD references.
+* :mod:`.workers`: the functions each node process runs.
+* :mod:`.run`: drivers that start a ``Cluster(n, graph=G)`` and collect trajectories.
+"""
+from .topologies import *  # noqa: F401,F403
+from .topologies import __all__ as _t
+from .mixing import *  # noqa: F401,F403
+from .mixing import __all__ as _m
+from .consensus import *  # noqa: F401,F403
+from .consensus import __all__ as _c
+from .dpsgd import *  # noqa: F401,F403
+from .dpsgd import __all__ as _d
+
+__all__ = [*_t, *_m, *_c, *_d]
+
+try:  # the process-based parts need the runtime (course_lib.Cluster)
+    from .workers import *  # noqa: F401,F403
+    from .workers import __all__ as _w
+    from .run import *  # noqa: F401,F403
+    from .run import __all__ as _r
+    __all__ += [*_w, *_r]
+except ImportError:  # pragma: no cover - only while the runtime is missing
+    pass

@@ -1,0 +1,167 @@
+"""What each node process runs. Node i is rank i; it only has Pipes to its graph neighbours.
+
+All three workers use :func:`course_lib.gossip.consensus.mix` (sum in increasing rank
+order), so their results equal the single-process references bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .consensus import mix
+from .dpsgd import minibatch_gradient, node_rng
+
+__all__ = ["exchange", "node_weights", "gossip_step", "gossip_worker", "pairwise_worker",
+           "dpsgd_worker", "centralised_sgd_worker"]
+
+# Above this size a send goes through isend, so that two neighbours sending big arrays to
+# each other at the same time cannot both block on full Pipes.
+_BIG = 16 * 1024
+
+
+def exchange(comm, x, tag: int = 0) -> dict:
+    """Send ``x`` to every neighbour, receive theirs. Returns {rank: value}, self included."""
+    nbrs = comm.neighbors
+    big = getattr(x, "nbytes", 0) > _BIG
+    reqs = []
+    for j in nbrs:
+        if big:
+            reqs.append(comm.isend(x, j, tag=tag))
+        else:
+            comm.send(x, j, tag=tag)
+    vals = {comm.rank: x}
+    for j in nbrs:
+        vals[j] = comm.recv(source=j, tag=tag)
+    for r in reqs:
+        r.wait()
+    return vals
+
+
+def node_weights(comm, W) -> dict:
+    """Row ``comm.rank`` of W over itself and its neighbours, checked against the Pipes."""
+    W = np.asarray(W, dtype=float)
+    i, n = comm.rank, comm.size
+    if W.shape != (n, n):
+        raise ValueError(f"W has shape {W.shape} but the cluster has {n} nodes")
+    allowed = set(comm.neighbors) | {i}
+    extra = [j for j in range(n) if W[i, j] != 0 and j not in allowed]
+    if extra:
+        raise ValueError(f"node {i}: W[{i}, {extra[0]}] = {W[i, extra[0]]} but {extra[0]} is not a "
+                         f"neighbour (neighbours: {comm.neighbors})")
+    return {j: float(W[i, j]) for j in sorted(allowed)}
+
+
+def gossip_step(comm, x, weights: dict, tag: int = 0):
+    """One synchronous gossip step at this node: x_i <- sum_j W_ij x_j over i and its neighbours."""
+    vals = exchange(comm, x, tag)
+    with comm.compute("mix"):
+        return mix(weights, vals)
+
+
+def gossip_worker(comm, W, x0, steps: int):
+    """Run ``steps`` synchronous gossip steps from x0[rank]; return this node's trajectory."""
+    weights = node_weights(comm, W)
+    x = np.array(np.asarray(x0, dtype=float)[comm.rank])
+    traj = np.empty((steps + 1,) + x.shape)
+    traj[0] = x
+    for t in range(steps):
+        x = gossip_step(comm, x, weights)
+        traj[t + 1] = x
+    return traj
+
+
+def pairwise_worker(comm, x0, schedule):
+    """Randomized pairwise gossip (Boyd et al. 2006) following a shared schedule.
+
+    At each tick k with ``schedule[k] = (a, b)``, nodes a and b swap values and both keep
+    0.5 * (x_a + x_b). A node acts only on its own ticks, in schedule order; pairs that do not
+    touch run at the same time. Returns (ticks where this node changed, values after them).
+    """
+    schedule = np.asarray(schedule)
+    i = comm.rank
+    x = np.array(np.asarray(x0, dtype=float)[i])
+    mine = np.flatnonzero(((schedule[:, 0] == i) | (schedule[:, 1] == i)) & (schedule[:, 0] != schedule[:, 1]))
+    values = np.empty((mine.size,) + x.shape)
+    for m, k in enumerate(mine):
+        a, b = int(schedule[k, 0]), int(schedule[k, 1])
+        other = b if a == i else a
+        xo = comm.sendrecv(x, dest=other, source=other)
+        with comm.compute("average"):
+            x = 0.5 * (x + xo) if i == a else 0.5 * (xo + x)   # always x_lo + x_hi
+        values[m] = x
+    return mine, values
+
+
+def dpsgd_worker(comm, X, y, shards, W, steps: int, lr: float, batch: int, seed: int = 0):
+    """D-PSGD (Lian et al. 2017) at node ``rank``; X, y are SharedArrays (zero-copy views).
+
+    Each step: gradient at the current local model on a minibatch of the local shard,
+    exchange models with the neighbours, x_i <- sum_j W_ij x_j - lr * g_i.
+    Returns the trajectory of the local model, shape (steps+1, d).
+    """
+    X, y = np.asarray(X), np.asarray(y)
+    weights = node_weights(comm, W)
+    shard = shards[comm.rank]
+    rng = node_rng(seed, comm.rank)
+    x = np.zeros(X.shape[1])
+    traj = np.empty((steps + 1, x.size))
+    traj[0] = x
+    for t in range(steps):
+        with comm.compute("gradient"):
+            g = minibatch_gradient(X, y, shard, x, batch, rng)
+        vals = exchange(comm, x)
+        with comm.compute("mix"):
+            x = mix(weights, vals) - lr * g
+        traj[t + 1] = x
+    return traj
+
+
+def centralised_sgd_worker(comm, X, y, shards, steps: int, lr: float, batch: int, seed: int = 0,
+                           asynchronous: bool = False):
+    """A server (rank 0) and n workers (ranks 1..n) on a star: lesson 01 / lesson 03 shape.
+
+    Synchronous (lesson 01, MapReduce): the server sends w to every worker, gathers all n
+    minibatch gradients, averages them in rank order and steps. Asynchronous (lesson 03,
+    parameter server): the server applies each gradient as it arrives and sends the new w
+    back to that worker only; it stops after ``steps * n`` updates. Worker k uses shard k-1.
+    The server returns the trajectory of w, one row per n applied gradients.
+    """
+    X, y = np.asarray(X), np.asarray(y)
+    n, d = comm.size - 1, X.shape[1]
+    if comm.rank == 0:
+        w = np.zeros(d)
+        traj = [w.copy()]
+        if not asynchronous:
+            for t in range(steps):
+                for k in range(1, n + 1):
+                    comm.send(w, k)
+                gs = [comm.recv(source=k) for k in range(1, n + 1)]
+                with comm.compute("update"):
+                    acc = gs[0].copy()
+                    for g in gs[1:]:
+                        acc = acc + g
+                    w = w - lr * acc / n
+                traj.append(w.copy())
+        else:
+            for k in range(1, n + 1):
+                comm.send(w, k)
+            for u in range(1, steps * n + 1):
+                src, g = comm.recv_any()
+                with comm.compute("update"):
+                    w = w - lr * g / n          # same step per sample as the sync run
+                if u % n == 0:
+                    traj.append(w.copy())
+                if u <= steps * n - n:          # enough work left for this worker
+                    comm.send(w, src)
+            # Everyone gets a last message: None means stop.
+        for k in range(1, n + 1):
+            comm.send(None, k)
+        return np.array(traj)
+    rng = node_rng(seed, comm.rank - 1)
+    shard = shards[comm.rank - 1]
+    while True:
+        w = comm.recv(source=0)
+        if w is None:
+            return None
+        with comm.compute("gradient"):
+            g = minibatch_gradient(X, y, shard, w, batch, rng)
+        comm.send(g, 0)

@@ -1,0 +1,227 @@
+"""Lesson 04: gossip and D-PSGD, checked against the spectrum and single-process references."""
+import math
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import networkx as nx
+import numpy as np
+import pytest
+
+import course_lib.gossip as gs
+
+START_METHODS = ["fork", "spawn", "forkserver"]
+
+
+def mh(G):
+    return gs.metropolis_hastings(G)
+
+
+def random_x0(n, d=3, seed=0):
+    return np.random.default_rng(seed).standard_normal((n, d))
+
+
+BOUND_GRAPHS = {
+    "ring12": lambda: gs.ring(12),
+    "ring9": lambda: gs.ring(9),
+    "torus16": lambda: gs.torus(16),
+    "torus24": lambda: gs.torus(24),
+    "expander20": lambda: gs.expander(20, 3, seed=1),
+    "erdos_renyi20": lambda: gs.erdos_renyi(20, 0.25, seed=2),
+    "hypercube16": lambda: gs.hypercube(16),
+}
+
+
+# --- closed forms ---------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [3, 4, 5, 8, 13, 32, 64])
+def test_ring_lambda2_closed_form(n):
+    s = gs.spectrum(mh(gs.ring(n)))
+    assert abs(s.lambda_2 - (1 / 3 + 2 / 3 * math.cos(2 * math.pi / n))) < 1e-12
+    assert abs(s.lambda_2 - gs.ring_lambda2(n)) < 1e-12
+
+
+@pytest.mark.parametrize("n", [3, 5, 10, 40])
+def test_star_and_complete_closed_forms(n):
+    assert abs(gs.spectrum(mh(gs.star(n))).lambda_2 - (1 - 1 / n)) < 1e-12
+    W = mh(gs.complete(n))
+    assert abs(gs.spectrum(W).lambda_2) < 1e-12
+    assert np.allclose(W, np.full((n, n), 1 / n), atol=1e-15)
+
+
+@pytest.mark.parametrize("G", [gs.torus(16), gs.hypercube(8), gs.hypercube(32)], ids=["torus16", "cube8", "cube32"])
+def test_lambda_n_is_minus_lambda_2_on_torus_and_hypercube(G):
+    s = gs.spectrum(mh(G))
+    assert abs(s.lambda_n + s.lambda_2) < 1e-12
+    assert s.r == pytest.approx(max(s.lambda_2, abs(s.lambda_n)))
+
+
+# --- mixing matrices ------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(gs.TOPOLOGIES))
+@pytest.mark.parametrize("n", [8, 16])
+def test_metropolis_hastings_is_valid(name, n):
+    G = gs.make_topology(name, n, seed=3)
+    W = mh(G)
+    gs.check_mixing_matrix(W, G)
+    deg = dict(G.degree)
+    for i, j in G.edges:
+        assert W[i, j] == 1 / (1 + max(deg[i], deg[j]))
+    s = gs.spectrum(W)
+    assert abs(s.eigenvalues[0] - 1) < 1e-12 and s.r < 1 and s.lambda_n > -1
+
+
+def test_check_mixing_matrix_rejects_bad_matrices():
+    G = gs.ring(5)
+    W = mh(G)
+    bad = W.copy(); bad[0, 1] += 0.1; bad[0, 0] -= 0.1
+    with pytest.raises(ValueError, match="symmetric"):
+        gs.check_mixing_matrix(bad, G)
+    with pytest.raises(ValueError, match="sum to 1"):
+        gs.check_mixing_matrix(W * 1.01, G)
+    off = W.copy(); off[0, 2] = off[2, 0] = 0.1; off[0, 0] -= 0.1; off[2, 2] -= 0.1
+    with pytest.raises(ValueError, match="not an edge"):
+        gs.check_mixing_matrix(off, G)
+    with pytest.raises(ValueError, match="square"):
+        gs.check_mixing_matrix(np.ones((2, 3)))
+
+
+def test_graph_validation_messages():
+    with pytest.raises(ValueError, match="undirected"):
+        mh(nx.DiGraph([(0, 1)]))
+    with pytest.raises(ValueError, match="0..2"):
+        mh(nx.Graph([("a", "b"), ("b", "c")]))
+    G = gs.ring(4); G.add_edge(1, 1)
+    with pytest.raises(ValueError, match="self-loops"):
+        mh(G)
+    with pytest.raises(ValueError, match="power of 2"):
+        gs.hypercube(12)
+    with pytest.raises(ValueError, match="unknown topology"):
+        gs.make_topology("mesh", 4)
+
+
+# --- consensus against r^t ------------------------------------------------------------------
+def steps_for(r, floor=1e-7):
+    return int(math.log(floor) / math.log(r))
+
+
+@pytest.mark.parametrize("name", sorted(BOUND_GRAPHS))
+def test_error_ratio_below_r_to_the_t(name):
+    G = BOUND_GRAPHS[name]()
+    W = mh(G)
+    r = gs.spectrum(W).r
+    T = steps_for(r)
+    for seed in range(3):
+        traj = gs.gossip_reference(W, random_x0(G.number_of_nodes(), seed=seed), T, G)
+        e = gs.consensus_error(traj)
+        ratio = e / e[0]
+        t = np.arange(T + 1)
+        assert np.all(ratio <= r ** t * (1 + 1e-9)), (name, seed)
+        assert np.abs(traj[-1].mean(axis=0) - traj[0].mean(axis=0)).max() < 1e-13  # average kept
+
+
+@pytest.mark.parametrize("name", sorted(BOUND_GRAPHS))
+def test_lambda2_eigenvector_decays_exactly(name):
+    G = BOUND_GRAPHS[name]()
+    W = mh(G)
+    ev, V = np.linalg.eigh(W)
+    lam2, v = ev[-2], V[:, -2]
+    T = steps_for(abs(lam2), 1e-6)
+    e = gs.consensus_error(gs.gossip_reference(W, v, T, G))
+    t = np.arange(T + 1)
+    assert np.max(np.abs(e / e[0] - abs(lam2) ** t)) < 1e-9
+
+
+@pytest.mark.parametrize("name", ["ring12", "ring9", "torus16", "torus24", "expander20", "erdos_renyi20"])
+def test_fitted_decay_slope_matches_log_r(name):
+    G = BOUND_GRAPHS[name]()
+    W = mh(G)
+    r = gs.spectrum(W).r
+    T = steps_for(r, 1e-10)
+    e = gs.consensus_error(gs.gossip_reference(W, random_x0(G.number_of_nodes(), seed=7), T, G))
+    fitted = gs.fit_decay_rate(e)
+    assert abs(math.log(fitted) - math.log(r)) <= 0.03 * abs(math.log(r)), (fitted, r)
+
+
+def test_reference_equals_matrix_power():
+    G = gs.expander(16, 3, seed=0)
+    W = mh(G)
+    x0 = random_x0(16, 4)
+    traj = gs.gossip_reference(W, x0, 40, G)
+    assert np.max(np.abs(traj[-1] - np.linalg.matrix_power(W, 40) @ x0)) < 1e-12
+
+
+def test_wrong_weights_make_an_even_ring_oscillate():
+    G = gs.ring(8)
+    W = nx.to_numpy_array(G) / 2                      # 1 / max(d_i, d_j) = 1/2, W_ii = 0
+    assert gs.spectrum(W).lambda_n == pytest.approx(-1)
+    x0 = np.array([1.0, -1] * 4)
+    e = gs.consensus_error(gs.gossip_reference(W, x0, 50))
+    assert np.allclose(e, e[0])                       # never agrees
+
+
+@pytest.mark.parametrize("r,eps", [(0.5, 1e-3), (0.9, 1e-6), (0.99, 1e-2), (0.6, 0.6 ** 7)])
+def test_iterations_to_eps(r, eps):
+    t = gs.iterations_to_eps(r, eps)
+    assert r ** t <= eps < r ** (t - 1)
+    assert gs.iterations_to_eps(1.0, 0.1) == math.inf
+
+
+# --- disconnected graphs --------------------------------------------------------------------
+def test_disconnected_graph_warns_naming_components_and_never_agrees():
+    G = nx.disjoint_union(gs.ring(5), gs.path(3))
+    with pytest.warns(gs.DisconnectedGraphWarning, match=r"2 components \{0, 1, 2, 3, 4\}, \{5, 6, 7\}"):
+        W = gs.metropolis_hastings(G)
+    assert gs.spectrum(W).lambda_2 == pytest.approx(1)
+    x0 = random_x0(8, 2)
+    traj = gs.gossip_reference(W, x0, 300, G)
+    per = gs.component_errors(traj, gs.components(G))
+    assert per[-1].max() < 1e-8 * per[0].max()
+    assert gs.consensus_error(traj)[-1] > 0.1 * gs.consensus_error(traj)[0]
+    assert np.allclose(traj[-1, :5], x0[:5].mean(axis=0)) and np.allclose(traj[-1, 5:], x0[5:].mean(axis=0))
+
+
+def test_connected_graph_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gs.metropolis_hastings(gs.ring(6))
+
+
+# --- randomized pairwise gossip -------------------------------------------------------------
+def test_pairwise_keeps_average_and_follows_expected_rate():
+    G = gs.ring(10)
+    Wb = gs.pairwise_expected_matrix(G)
+    gs.check_mixing_matrix(Wb, G)
+    lam = gs.spectrum(Wb).lambda_2
+    ticks = 400
+    msq = np.zeros(ticks + 1)
+    x0 = random_x0(10, 1, seed=1)
+    for seed in range(60):
+        traj = gs.pairwise_reference(x0, gs.pairwise_schedule(G, ticks, seed))
+        assert np.abs(traj[-1].mean() - x0.mean()) < 1e-12
+        msq += gs.consensus_error(traj) ** 2 / 60
+    # Boyd et al. (2006): E||x_k - avg||^2 <= lambda_2(E W)^k ||x_0 - avg||^2
+    k = np.arange(ticks + 1)
+    assert np.all(msq / msq[0] <= 1.3 * lam ** k)
+    assert msq[-1] / msq[0] < 0.05
+
+
+# --- D-PSGD references ----------------------------------------------------------------------
+def test_dpsgd_reference_converges_and_reaches_consensus():
+    prob = gs.make_least_squares(800, 10, 8, seed=0)
+    G = gs.ring(8)
+    traj = gs.dpsgd_reference(prob, mh(G), G, 300, lr=0.5, batch=16)
+    xbar = traj.mean(axis=1)
+    sub = prob.suboptimality(xbar)
+    assert sub[-1] < 0.05 * sub[0]
+    spread = np.linalg.norm(traj[-1] - xbar[-1])
+    assert spread < 0.2 * np.linalg.norm(xbar[-1])
+    c = gs.centralised_sgd_reference(prob, 300, lr=0.5, batch=16)
+    assert prob.suboptimality(c[-1]) < 0.05 * prob.suboptimality(c[0])
+
+
+def test_least_squares_shards_cover_rows():
+    prob = gs.make_least_squares(103, 4, 5, iid=False)
+    assert prob.shards[0][0] == 0 and prob.shards[-1][1] == 103
+    assert all(a[1] == b[0] for a, b in zip(prob.shards, prob.shards[1:]))
+    with pytest.raises(ValueError):
+        gs.make_least_squares(3, 2, 5)

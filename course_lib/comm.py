@@ -1,0 +1,320 @@
+"""The communicator each worker gets: point-to-point messages over Pipes, traced and counted.
+
+Names follow mpi4py's lowercase object interface (``send``, ``recv``, ``sendrecv``,
+``isend``, ``iprobe``, ``barrier``), so programs read like MPI programs. Collective
+operations (``bcast``, ``allreduce``, ...) come from :class:`CollectivesMixin`.
+
+Every message carries an envelope ``(run_id, context, tag, ready_at)``:
+``context`` separates sub-communicators, ``tag`` lets a receiver pick a message,
+``ready_at`` is when the emulated network delivers it. Messages that arrive before
+anyone asks for them wait in ``_pending`` (as MPI's unexpected-message queue).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from contextlib import contextmanager
+from multiprocessing.connection import wait as wait_for
+
+from . import wire
+from .collectives import CollectivesMixin
+from .netem import Network
+from .trace import Stats, Tracer
+
+ANY_SOURCE = -1
+ANY_TAG = -1
+
+
+class PeerLost(ConnectionError):
+    """The peer at the other end of a Pipe died (its process is gone)."""
+
+    def __init__(self, rank: int, during: str = "recv"):
+        super().__init__(f"rank {rank} is gone (its Pipe closed during {during})")
+        self.rank = rank
+
+
+class Status:
+    """Filled by ``recv(..., status=s)``: the ``source`` and ``tag`` of the message."""
+
+    def __init__(self):
+        self.source = ANY_SOURCE
+        self.tag = ANY_TAG
+
+    def Get_source(self):
+        return self.source
+
+    def Get_tag(self):
+        return self.tag
+
+
+class Request:
+    """A background send; ``wait()`` returns when the bytes are in the Pipe."""
+
+    def __init__(self, thread: threading.Thread, box: list):
+        self._thread, self._box = thread, box
+
+    def wait(self):
+        self._thread.join()
+        if self._box:
+            raise self._box[0]
+
+    def test(self) -> bool:
+        return not self._thread.is_alive()
+
+
+class _Message:
+    __slots__ = ("source", "context", "tag", "obj", "ready_at", "nbytes", "read_start", "read_end")
+
+    def __init__(self, source, context, tag, obj, ready_at, nbytes, read_start, read_end):
+        self.source, self.context, self.tag = source, context, tag
+        self.obj, self.ready_at, self.nbytes = obj, ready_at, nbytes
+        self.read_start, self.read_end = read_start, read_end
+
+
+class Comm(CollectivesMixin):
+    """One rank's view of the cluster.
+
+    Parameters are set by the runtime, not by students: ``links`` maps each neighbour's
+    rank to a duplex Connection, ``control`` is the Pipe to the launching process.
+    """
+
+    def __init__(self, rank: int, size: int, links: dict, control, logger: logging.Logger | None = None):
+        self.rank, self.size = rank, size
+        self._links = links
+        self._send_locks = {r: threading.Lock() for r in links}
+        self._control = control
+        self._dead: set[int] = set()
+        self.logger = logger or logging.getLogger(f"rank{rank}")
+        self._begin_run(0, time.perf_counter(), Network(), {}, {}, True)
+
+    # -- run bookkeeping (called by the runtime) ------------------------------
+    def _begin_run(self, run_id, t0, network, slow, faults, trace):
+        self._run_id, self._t0 = run_id, t0
+        self._network = network
+        self._slow = float(slow.get(self.rank, 1.0))
+        self._fault = faults.get(self.rank)
+        self._pending: deque[_Message] = deque()
+        self.stats = Stats(self.size)
+        self._tracer = Tracer(self.rank, t0, enabled=trace)
+        self.step = 0
+
+    @property
+    def neighbors(self) -> list[int]:
+        return sorted(self._links)
+
+    def now(self) -> float:
+        """Seconds since the run started; the same clock on every rank."""
+        return time.perf_counter() - self._t0
+
+    def Get_rank(self):
+        return self.rank
+
+    def Get_size(self):
+        return self.size
+
+    # -- validation ------------------------------------------------------------
+    def _check_peer(self, peer, what: str, allow_any: bool = False) -> None:
+        if allow_any and peer == ANY_SOURCE:
+            return
+        if isinstance(peer, bool) or not isinstance(peer, int):
+            raise TypeError(f"rank {self.rank}: {what} must be an int rank, got {peer!r}")
+        if not 0 <= peer < self.size:
+            raise ValueError(f"rank {self.rank}: {what}={peer} is not a rank (0..{self.size - 1})")
+        if peer == self.rank:
+            raise ValueError(f"rank {self.rank}: cannot {what.split('=')[0]} to/from itself (rank {peer})")
+        if peer not in self._links:
+            raise ValueError(
+                f"rank {self.rank}: rank {peer} is not a neighbour in this topology "
+                f"(neighbours: {self.neighbors}); messages only travel along graph edges"
+            )
+
+    @staticmethod
+    def _check_tag(tag, allow_any: bool = False) -> None:
+        if isinstance(tag, bool) or not isinstance(tag, int) or (tag < 0 and not (allow_any and tag == ANY_TAG)):
+            raise ValueError(f"tag must be an int >= 0, got {tag!r}")
+
+    # -- point to point --------------------------------------------------------
+    def send(self, obj, dest: int, tag: int = 0) -> None:
+        """Send ``obj`` to rank ``dest`` (blocks until the bytes are in the Pipe)."""
+        self._check_peer(dest, "dest")
+        self._check_tag(tag)
+        self._send(obj, dest, tag, 0)
+
+    def recv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
+        """Receive the next message from ``source`` (any neighbour by default) with ``tag``."""
+        if buf is not None and not isinstance(buf, (bytearray, memoryview)):
+            # mpi4py's first positional argument is a buffer; catch recv(1) meaning recv(source=1).
+            raise TypeError("recv(source) must be given by keyword: comm.recv(source=1)")
+        self._check_peer(source, "source", allow_any=True)
+        self._check_tag(tag, allow_any=True)
+        src, got_tag, obj = self._recv(source, tag, 0)
+        if status is not None:
+            status.source, status.tag = src, got_tag
+        return obj
+
+    def recv_any(self, tag: int = ANY_TAG):
+        """Receive from whichever neighbour sends first; return ``(source, obj)``."""
+        self._check_tag(tag, allow_any=True)
+        src, _, obj = self._recv(ANY_SOURCE, tag, 0)
+        return src, obj
+
+    def iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> bool:
+        """True if a matching message can be received now (never blocks)."""
+        self._check_peer(source, "source", allow_any=True)
+        self._check_tag(tag, allow_any=True)
+        self._drain_available()
+        return self._match(source, tag, 0, pop=False) is not None
+
+    def isend(self, obj, dest: int, tag: int = 0) -> Request:
+        """Send in a background thread; call ``.wait()`` on the result."""
+        self._check_peer(dest, "dest")
+        self._check_tag(tag)
+        return self._isend(obj, dest, tag, 0)
+
+    def sendrecv(self, sendobj, dest: int, sendtag: int = 0, source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
+                 status: Status | None = None):
+        """Send to ``dest`` and receive from ``source`` at once, without deadlock."""
+        self._check_peer(dest, "dest")
+        self._check_peer(source, "source", allow_any=True)
+        req = self._isend(sendobj, dest, sendtag, 0)
+        src, got_tag, obj = self._recv(source, recvtag, 0)
+        req.wait()
+        if status is not None:
+            status.source, status.tag = src, got_tag
+        return obj
+
+    def barrier(self) -> None:
+        """Wait until every rank has called ``barrier()``.
+
+        Served by the launching process over the control Pipes, so it works on any
+        topology. (Lesson 02 builds barriers from messages: token ring, dissemination.)
+        """
+        start = time.perf_counter()
+        self._control.send(("barrier", self.rank))
+        reply = self._control.recv()
+        if reply != ("barrier_go",):  # pragma: no cover - protocol error
+            raise RuntimeError(f"rank {self.rank}: unexpected control message {reply!r}")
+        self._tracer.add("wait", start, time.perf_counter(), "barrier")
+
+    @contextmanager
+    def compute(self, label: str = "compute"):
+        """Trace a compute phase. Stragglers are slowed here and faults fire here."""
+        step = self.step
+        self.step += 1
+        if self._fault is not None and self._fault.step == step:
+            self.logger.warning("injected fault %r at compute step %d", self._fault.kind, step)
+            self._fault.trigger(self.rank)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            end = time.perf_counter()
+            if self._slow > 1.0:
+                time.sleep((self._slow - 1.0) * (end - start))
+                end = time.perf_counter()
+            self._tracer.add("compute", start, end, label)
+
+    # -- internals used by collectives ----------------------------------------
+    def _stamp(self, dest: int, start: float, busy_until: list):
+        if self._network.is_instant:
+            return lambda nbytes: 0.0
+
+        def stamp(nbytes):
+            transmit, latency = self._network.cost(self.rank, dest, nbytes)
+            busy_until.append(start + transmit)
+            return start + transmit + latency
+
+        return stamp
+
+    def _send(self, obj, dest: int, tag: int, context: int) -> None:
+        conn = self._links[dest]
+        with self._send_locks[dest]:
+            start = time.perf_counter()
+            busy_until: list = []
+            try:
+                payload, header = wire.send(conn, (self._run_id, context, tag), obj,
+                                            self._stamp(dest, start, busy_until))
+            except (BrokenPipeError, ConnectionResetError, EOFError, OSError) as exc:
+                self._dead.add(dest)
+                raise PeerLost(dest, "send") from exc
+            if busy_until:  # the emulated link is busy for nbytes / bandwidth
+                _sleep_until(busy_until[0])
+            self.stats.record(self.rank, dest, payload, header)
+            self._tracer.add("send", start, time.perf_counter(), "", dest, payload)
+
+    def _isend(self, obj, dest: int, tag: int, context: int) -> Request:
+        box: list = []
+
+        def run():
+            try:
+                self._send(obj, dest, tag, context)
+            except BaseException as exc:  # re-raised in wait()
+                box.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return Request(thread, box)
+
+    def _match(self, source, tag, context, pop=True):
+        for i, m in enumerate(self._pending):
+            if (source == ANY_SOURCE or m.source == source) and (tag == ANY_TAG or m.tag == tag) \
+                    and m.context == context:
+                if pop:
+                    del self._pending[i]
+                return m
+        return None
+
+    def _read_one(self, peer: int) -> None:
+        """Read one message from ``peer`` into the pending queue."""
+        read_start = time.perf_counter()
+        try:
+            (run_id, context, tag, ready_at), obj, nbytes = wire.recv(self._links[peer])
+        except (EOFError, ConnectionResetError, OSError) as exc:
+            self._dead.add(peer)
+            raise PeerLost(peer) from exc
+        if run_id == self._run_id:  # drop stragglers from an earlier, aborted run
+            self._pending.append(_Message(peer, context, tag, obj, ready_at, nbytes, read_start, time.perf_counter()))
+
+    def _drain_available(self) -> None:
+        live = {self._links[p]: p for p in self._links if p not in self._dead}
+        for conn in wait_for(list(live), timeout=0):
+            self._read_one(live[conn])
+
+    def _recv(self, source: int, tag: int, context: int):
+        """Block until a matching message is delivered; return (source, tag, obj)."""
+        start = time.perf_counter()
+        msg = self._match(source, tag, context)
+        while msg is None:
+            if source == ANY_SOURCE:
+                peers = [p for p in self._links if p not in self._dead]
+                if not peers:
+                    raise PeerLost(-1, "recv: no live neighbour left")
+            else:
+                if source in self._dead:
+                    raise PeerLost(source)
+                peers = [source]
+            conns = {self._links[p]: p for p in peers}
+            for conn in wait_for(list(conns)):
+                self._read_one(conns[conn])
+            msg = self._match(source, tag, context)
+        # Blocked until the bytes started to arrive: "wait"; reading them: "recv";
+        # then, on an emulated network, waiting for the modelled delivery time: "wait".
+        read_start, read_end = max(msg.read_start, start), max(msg.read_end, start)
+        if read_start - start > 20e-6:
+            self._tracer.add("wait", start, read_start, "", msg.source)
+        self._tracer.add("recv", read_start, read_end, "", msg.source, msg.nbytes)
+        if msg.ready_at > time.perf_counter():  # the emulated network has not delivered it yet
+            _sleep_until(msg.ready_at)
+            self._tracer.add("wait", read_end, time.perf_counter(), "network", msg.source)
+        return msg.source, msg.tag, msg.obj
+
+
+def _sleep_until(t: float) -> None:
+    """Sleep until perf_counter() reaches t (sleep, then spin the last half millisecond)."""
+    remaining = t - time.perf_counter()
+    if remaining > 1e-3:
+        time.sleep(remaining - 5e-4)
+    while time.perf_counter() < t:
+        pass

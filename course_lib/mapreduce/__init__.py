@@ -1,0 +1,23 @@
+"""Lesson 01: synchronous MapReduce gradient descent, its cost, stragglers and faults.
+
+    from course_lib.mapreduce import mapreduce_gd, gd_serial, make_least_squares
+    X, y, _ = make_least_squares(4000, 20, seed=0)
+    with Cluster(3) as cluster:                   # rank 0 = server, ranks 1..2 = workers
+        res = mapreduce_gd(cluster, "least_squares", X, y, iters=50)
+    w_serial, _ = gd_serial("least_squares", X, y, iters=50)   # equal to 1e-12
+"""
+from .blas import blas_env, os_threads, pin_blas
+from .cost import CostModel, bytes_per_iteration, fit_latency_bandwidth, words_per_iteration
+from .gd import GDResult, mapreduce_gd
+from .problems import LeastSquares, Logistic, Problem, get_problem, make_least_squares, make_logistic
+from .serial import (REDUCES, default_lr, gd_serial, gd_update, initial_w, map_shard, reduce_results,
+                     shard_ranges)
+
+__all__ = [
+    "blas_env", "os_threads", "pin_blas",
+    "CostModel", "bytes_per_iteration", "fit_latency_bandwidth", "words_per_iteration",
+    "GDResult", "mapreduce_gd",
+    "LeastSquares", "Logistic", "Problem", "get_problem", "make_least_squares", "make_logistic",
+    "REDUCES", "default_lr", "gd_serial", "gd_update", "initial_w", "map_shard", "reduce_results",
+    "shard_ranges",
+]

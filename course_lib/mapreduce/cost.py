@@ -1,0 +1,98 @@
+"""Communication complexity and the cost model of one synchronous iteration.
+
+Words (8-byte floats) per iteration with M workers, P = w.size parameters, N samples:
+
+    down (broadcast w):            M * P
+    up, reduce = sum or mean:      M * (P + 1)      (P gradient numbers + 1 loss number each)
+    up, reduce = collect:          N * (P + 1)      (every per-sample gradient and loss)
+
+Time per iteration on p workers, the seeds' model T(p) = T_compute / p + communication + sync,
+with each message costing latency + bytes / bandwidth (lesson 00):
+
+    communication(p) = 2 * latency + (p * 8P + 8(P + 1)) / bandwidth + p * overhead
+
+The server puts p copies of w on the wire one after the other (p * 8P / bandwidth), the
+last worker's answer travels back on its own link (8(P + 1) / bandwidth), and every message
+pays one latency on the way (the p latencies of one direction overlap, so 2 in total).
+``overhead`` is the software cost of one message at the server (pickling, system calls).
+
+    sync(p) = (s_max - 1) * T_compute / p
+
+is the time everyone waits for the slowest worker, which is s_max times slower than the
+others: a synchronous iteration ends when its slowest map ends.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .serial import check_reduce
+
+WORD = 8  # bytes of a float64
+
+
+def words_per_iteration(n_workers: int, n_params: int, reduce: str = "sum", n_samples: int | None = None):
+    """(words down, words up) in one iteration. ``n_samples`` is needed for ``collect``."""
+    check_reduce(reduce)
+    if n_workers < 1 or n_params < 1:
+        raise ValueError("n_workers and n_params must be >= 1")
+    down = n_workers * n_params
+    if reduce == "collect":
+        if n_samples is None:
+            raise ValueError("reduce='collect' sends one row per sample: give n_samples")
+        up = n_samples * (n_params + 1)
+    else:
+        up = n_workers * (n_params + 1)
+    return down, up
+
+
+def bytes_per_iteration(n_workers: int, n_params: int, reduce: str = "sum", n_samples: int | None = None) -> int:
+    """Payload bytes per iteration (down + up), 8 bytes per word."""
+    down, up = words_per_iteration(n_workers, n_params, reduce, n_samples)
+    return WORD * (down + up)
+
+
+@dataclass
+class CostModel:
+    """T(p) = T_compute / p + communication(p) + sync(p); all times in seconds.
+
+    t_compute: time of the whole map (all N rows) on one worker, per iteration.
+    latency, bandwidth: of one message (lesson 00's fit); overhead: software cost per message.
+    """
+
+    t_compute: float
+    latency: float = 0.0
+    bandwidth: float = float("inf")
+    overhead: float = 0.0
+    n_params: int = 1
+
+    def compute(self, p, slowest=1.0):
+        return self.t_compute / np.asarray(p, dtype=float)
+
+    def communication(self, p):
+        p = np.asarray(p, dtype=float)
+        wire = (p * WORD * self.n_params + WORD * (self.n_params + 1)) / self.bandwidth
+        return 2 * self.latency + wire + p * self.overhead
+
+    def sync(self, p, slowest=1.0):
+        """Waiting for a worker ``slowest`` times slower than the rest."""
+        if slowest < 1:
+            raise ValueError(f"slowest must be >= 1, got {slowest!r}")
+        return (slowest - 1.0) * self.compute(p)
+
+    def time(self, p, slowest=1.0):
+        return self.compute(p) + self.communication(p) + self.sync(p, slowest)
+
+    def speedup(self, p, slowest=1.0):
+        """T(1) / T(p), both with the same straggler."""
+        return self.time(1, slowest) / self.time(p, slowest)
+
+
+def fit_latency_bandwidth(nbytes, seconds):
+    """Least-squares fit of seconds = latency + nbytes / bandwidth (lesson 00). Returns (latency, bandwidth)."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    seconds = np.asarray(seconds, dtype=float)
+    A = np.stack([np.ones_like(nbytes), nbytes], axis=1)
+    (lat, inv_bw), *_ = np.linalg.lstsq(A, seconds, rcond=None)
+    return max(float(lat), 0.0), (float("inf") if inv_bw <= 0 else 1.0 / float(inv_bw))

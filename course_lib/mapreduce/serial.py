@@ -1,0 +1,131 @@
+"""The pieces of MapReduce gradient descent that need no processes, and the serial baseline.
+
+One iteration, with M workers and the N rows split into M shards S_1..S_M:
+
+    broadcast:  the server sends w_t to every worker
+    map:        worker m computes  h_m = sum_{i in S_m} g_i(w_t)   (and its loss sum)
+    reduce:     the server forms   g(w_t) = (1/N) sum_m h_m
+    update:     w_{t+1} = w_t - lr * g(w_t)
+
+Three reduce functions, as in the seeds:
+
+* ``"sum"``: workers send h_m (P numbers, P = w.size); the server adds them, divides by N.
+* ``"mean"``: workers send their shard's mean h_m / n_m; the server takes the mean weighted
+  by shard size, sum_m (n_m / N) (h_m / n_m) (weights are needed when N % M != 0).
+* ``"collect"``: workers send every per-sample gradient g_i (an n_m x P matrix); the server
+  stacks them and sums. Same answer, N*P numbers up instead of M*P.
+
+Every message also carries the shard's loss sum (one more number), so the server can
+report the loss without touching the data.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .problems import get_problem
+
+REDUCES = ("sum", "mean", "collect")
+
+
+def shard_ranges(n: int, m: int) -> list[tuple[int, int]]:
+    """Row ranges [lo, hi) of m shards of n rows, with ``numpy.array_split`` semantics.
+
+    The first n % m shards get one row more, so n need not be a multiple of m.
+    """
+    if not (isinstance(m, (int, np.integer)) and m >= 1):
+        raise ValueError(f"the number of shards must be an int >= 1, got {m!r}")
+    if not (isinstance(n, (int, np.integer)) and n >= m):
+        raise ValueError(f"cannot split {n!r} rows into {m} non-empty shards")
+    q, r = divmod(int(n), int(m))
+    bounds = [0]
+    for k in range(m):
+        bounds.append(bounds[-1] + q + (1 if k < r else 0))
+    return [(bounds[k], bounds[k + 1]) for k in range(m)]
+
+
+def check_reduce(reduce: str) -> str:
+    if reduce not in REDUCES:
+        raise ValueError(f"reduce must be one of {REDUCES}, got {reduce!r}")
+    return reduce
+
+
+def map_shard(problem, X, y, w, reduce="sum"):
+    """The map task of one shard, packed as the numbers a worker sends.
+
+    sum:     [h_m (P numbers), loss sum]                    shape (P + 1,)
+    mean:    [h_m / n_m,       loss sum / n_m]              shape (P + 1,)
+    collect: [g_i (P numbers), l_i] for every row i         shape (n_m, P + 1)
+    """
+    problem = get_problem(problem)
+    if reduce == "collect":
+        G, losses = problem.per_sample(X, y, w)
+        return np.concatenate([G, losses[:, None]], axis=1)
+    g, loss = problem.shard_sums(X, y, w)
+    out = np.empty(g.size + 1)
+    out[:-1] = g.ravel()
+    out[-1] = loss
+    if reduce == "mean":
+        out /= len(X)
+    elif reduce != "sum":
+        check_reduce(reduce)
+    return out
+
+
+def reduce_results(results, counts, reduce="sum"):
+    """Reduce the map outputs of all shards, *in shard order*, to (mean gradient, mean loss).
+
+    results: list of map_shard outputs, one per shard, ordered by shard index.
+    counts:  rows per shard (n_m). The fixed order makes floating point reproducible:
+    a re-executed shard gives bit-for-bit the same final w.
+    """
+    check_reduce(reduce)
+    if len(results) != len(counts):
+        raise ValueError(f"{len(results)} results for {len(counts)} shards")
+    n = int(sum(counts))
+    if reduce == "collect":
+        total = np.concatenate(results, axis=0).sum(axis=0) / n
+    elif reduce == "sum":
+        total = np.array(results[0], dtype=np.float64, copy=True)
+        for r in results[1:]:
+            total += r
+        total /= n
+    else:  # mean, weighted by shard size
+        total = results[0] * (counts[0] / n)
+        for r, c in zip(results[1:], counts[1:]):
+            total += r * (c / n)
+    return total[:-1], float(total[-1])
+
+
+def gd_update(w, grad, lr):
+    """w_{t+1} = w_t - lr * g(w_t) (grad may come flat; it takes w's shape)."""
+    return w - lr * np.reshape(grad, np.shape(w))
+
+
+def default_lr(problem, X) -> float:
+    """Step 1/L, with L the gradient's Lipschitz bound: safe and fast for these problems."""
+    return 1.0 / get_problem(problem).lipschitz(np.asarray(X))
+
+
+def initial_w(y, d):
+    """Zeros with the shape of w: (d,) or (d, k) when y has k columns."""
+    y = np.asarray(y)
+    return np.zeros((d,) if y.ndim == 1 else (d, y.shape[1]))
+
+
+def gd_serial(problem, X, y, iters=100, lr=None, w0=None):
+    """Full-batch gradient descent in one process: the baseline everything is checked against.
+
+    Returns (w, losses) where losses[t] = L(w_t) for t = 0..iters-1.
+    """
+    problem = get_problem(problem)
+    X = np.asarray(X)
+    y = np.asarray(y)
+    lr = default_lr(problem, X) if lr is None else float(lr)
+    w = initial_w(y, X.shape[1]) if w0 is None else np.array(w0, dtype=np.float64)
+    n = len(X)
+    losses = np.empty(iters)
+    for t in range(iters):
+        g, loss = problem.shard_sums(X, y, w)
+        losses[t] = loss / n
+        w = gd_update(w, g / n, lr)
+    return w, losses

@@ -1,0 +1,157 @@
+"""The question registry.
+
+Every exercise question has an id ``exNN_k`` (lesson ``NN``, question ``k``), a title, points
+and checks. Visible checks live in ``course_lib/questions/exNN.py`` (shipped to students);
+hidden checks live in ``tests/hidden/exNN.py`` (kept by the instructor). A check is a function
+``fn(ns)`` of the student's notebook namespace that raises ``AssertionError("hint")`` when
+the answer is wrong.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+QID_RE = re.compile(r"^ex(\d{2})_(\d+)$")
+
+#: Package root of the repository (the folder that holds ``course_lib/``).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+#: Default place of the instructor-only checks.
+DEFAULT_HIDDEN_DIR = REPO_ROOT / "tests" / "hidden"
+
+
+@dataclass
+class Question:
+    """One exercise question."""
+
+    qid: str
+    points: float
+    title: str
+    names: Sequence[str] = ()          # notebook names the checks need (functions, variables)
+    timeout: float = 60.0              # seconds allowed to all its checks when grading
+    visible: List[Callable] = field(default_factory=list)
+    hidden: List[Callable] = field(default_factory=list)
+
+    @property
+    def lesson(self) -> str:
+        return lesson_of(self.qid)
+
+    @property
+    def statement(self) -> str:
+        doc = self.visible[0].__doc__ if self.visible else None
+        return (doc or self.title).strip()
+
+
+_REGISTRY: Dict[str, Question] = {}
+_PENDING_HIDDEN: Dict[str, List[Callable]] = {}
+
+
+def lesson_of(qid: str) -> str:
+    """``"ex00_1" -> "00"``; raises ValueError on a malformed id."""
+    m = QID_RE.match(qid)
+    if not m:
+        raise ValueError(f"{qid!r} is not a question id; ids look like 'ex00_1' (lesson 00, question 1)")
+    return m.group(1)
+
+
+def qid_key(qid: str):
+    """Sort key: lesson, then question number (ex00_10 after ex00_2)."""
+    m = QID_RE.match(qid)
+    return (int(m.group(1)), int(m.group(2))) if m else (10**6, 0)
+
+
+def question(qid: str, points: float = 1, title: str = "", names: Sequence[str] = (), timeout: float = 60.0):
+    """Decorator registering a visible check as question ``qid``.
+
+    Several functions may be decorated with the same ``qid``: they all become visible checks
+    of that question (the first one carries the points, title and statement).
+    """
+    lesson_of(qid)
+
+    def deco(fn):
+        q = _REGISTRY.get(qid)
+        if q is None:
+            q = Question(qid=qid, points=points, title=title or qid, names=tuple(names), timeout=timeout)
+            q.hidden.extend(_PENDING_HIDDEN.pop(qid, []))
+            _REGISTRY[qid] = q
+        if fn not in q.visible:
+            q.visible.append(fn)
+        return fn
+
+    return deco
+
+
+def hidden_check(qid: str):
+    """Decorator registering an instructor-only check of question ``qid``."""
+    lesson_of(qid)
+
+    def deco(fn):
+        q = _REGISTRY.get(qid)
+        target = q.hidden if q is not None else _PENDING_HIDDEN.setdefault(qid, [])
+        if all(f.__qualname__ != fn.__qualname__ or f.__module__ != fn.__module__ for f in target):
+            target.append(fn)
+        return fn
+
+    return deco
+
+
+def available_lessons() -> List[str]:
+    """Lessons that have a ``course_lib/questions/exNN.py`` module."""
+    import course_lib.questions as pkg
+
+    out = []
+    for info in pkgutil.iter_modules(pkg.__path__):
+        m = re.match(r"^ex(\d{2})$", info.name)
+        if m:
+            out.append(m.group(1))
+    return sorted(out)
+
+
+def load_lesson(lesson: str, hidden_dir: Optional[Path] = None, with_hidden: bool = False) -> List[Question]:
+    """Import the visible (and optionally hidden) checks of a lesson; return its questions in order."""
+    try:
+        importlib.import_module(f"course_lib.questions.ex{lesson}")
+    except ModuleNotFoundError as e:
+        if e.name == f"course_lib.questions.ex{lesson}":
+            raise LookupError(f"no questions for lesson {lesson} (course_lib/questions/ex{lesson}.py is missing)") from None
+        raise
+    if with_hidden:
+        _load_hidden(lesson, Path(hidden_dir) if hidden_dir else DEFAULT_HIDDEN_DIR)
+    return sorted((q for q in _REGISTRY.values() if q.lesson == lesson), key=lambda q: qid_key(q.qid))
+
+
+_LOADED_HIDDEN = set()
+
+
+def _load_hidden(lesson: str, hidden_dir: Path) -> None:
+    path = hidden_dir / f"ex{lesson}.py"
+    key = str(path.resolve())
+    if key in _LOADED_HIDDEN or not path.exists():
+        return
+    spec = importlib.util.spec_from_file_location(f"_course_hidden_ex{lesson}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    _LOADED_HIDDEN.add(key)
+
+
+def get_question(qid: str) -> Question:
+    """The registered question ``qid`` (imports its lesson's visible checks)."""
+    lesson = lesson_of(qid)
+    if qid not in _REGISTRY:
+        load_lesson(lesson)
+    if qid not in _REGISTRY:
+        known = ", ".join(q.qid for q in load_lesson(lesson)) or "none"
+        raise LookupError(f"unknown question {qid!r}; lesson {lesson} has: {known}")
+    return _REGISTRY[qid]
+
+
+def all_questions() -> List[Question]:
+    """Every question of every lesson (visible checks only are imported)."""
+    out = []
+    for lesson in available_lessons():
+        out.extend(load_lesson(lesson))
+    return out

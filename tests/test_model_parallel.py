@@ -1,0 +1,230 @@
+"""Lesson 06: tensor and pipeline parallelism against the single-process network.
+
+Real worker processes; byte counts checked exactly against the ring formulas; the
+pipeline bubble exact in schedule steps and within 20% of the formula in a timeline.
+"""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import course_lib as cl
+import course_lib.model_parallel as mp
+
+TOL = 1e-10
+
+
+def maxdiff(a, b):
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+
+
+# ----------------------------------------------------------------------------- single process
+def test_reference_gradients_match_finite_differences():
+    params = mp.init_mlp(4, 6, 3, seed=2)
+    X, T = mp.make_data(5, 4, 3, seed=3)
+    g = mp.backward(params, mp.forward(params, X), T)
+    eps = 1e-6
+    rng = np.random.default_rng(0)
+    for k in params:
+        for _ in range(3):
+            idx = tuple(rng.integers(0, n) for n in params[k].shape)
+            P = {kk: v.copy() for kk, v in params.items()}
+            P[k][idx] += eps
+            lp = mp.loss(mp.forward(P, X)["Y"], T)
+            P[k][idx] -= 2 * eps
+            lm = mp.loss(mp.forward(P, X)["Y"], T)
+            assert abs((lp - lm) / (2 * eps) - g[k][idx]) < 1e-7, k
+
+
+def test_deep_reference_equals_two_layer_network():
+    params = mp.init_mlp(4, 6, 3, seed=2)
+    X, T = mp.make_data(5, 4, 3, seed=3)
+    g = mp.backward(params, mp.forward(params, X), T)
+    L, gd = mp.deep_forward_backward([(params["W1"], params["b1"]), (params["W2"], params["b2"])], X, T)
+    assert L == pytest.approx(mp.loss(mp.forward(params, X)["Y"], T), abs=1e-14)
+    assert maxdiff(gd[0][0], g["W1"]) < 1e-14 and maxdiff(gd[1][0], g["W2"]) < 1e-14
+
+
+@pytest.mark.parametrize("kind", mp.SCHEDULES)
+@pytest.mark.parametrize("costs", [(1, 1), (1, 2), (2, 3)])
+def test_schedule_bubble_is_exactly_the_formula(kind, costs):
+    t_f, t_b = costs
+    for p in range(1, 7):
+        for m in range(1, 13):
+            sim = mp.simulate(kind, p, m, t_f, t_b)
+            assert sim["steps"] == (m + p - 1) * (t_f + t_b)
+            assert all(b == m * (t_f + t_b) for b in sim["busy"])
+            assert sim["bubble"] == Fraction(p - 1, m + p - 1) == mp.bubble_formula(p, m)
+            assert isinstance(sim["bubble"], Fraction)
+
+
+def test_schedules_are_valid_and_1f1b_stashes_less():
+    for p in range(1, 6):
+        for m in range(1, 9):
+            for kind in mp.SCHEDULES:
+                for s in range(p):
+                    ops = mp.stage_ops(kind, p, m, s)
+                    assert sorted(ops) == sorted([("F", i) for i in range(m)] + [("B", i) for i in range(m)])
+                    # a micro-batch's backward never comes before its forward on a stage
+                    assert all(ops.index(("F", i)) < ops.index(("B", i)) for i in range(m))
+            assert mp.simulate("gpipe", p, m)["peak_stash"] == [m] * p
+            assert mp.simulate("1f1b", p, m)["peak_stash"] == [min(p - s, m) for s in range(p)]
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match="schedule"):
+        mp.simulate("zigzag", 2, 2)
+    with pytest.raises(ValueError, match="m >= 1"):
+        mp.bubble_formula(2, 0)
+    with pytest.raises(ValueError, match="at least one"):
+        mp.split_ranges(2, 3)
+    with pytest.raises(ValueError, match="stages"):
+        mp.stage_layers(2, 3)
+    with pytest.raises(ValueError, match="2-D"):
+        mp.forward(mp.init_mlp(2, 2, 2), np.zeros(3))
+    with pytest.raises(ValueError, match="compute events"):
+        mp.measured_bubble([])
+
+
+def test_byte_formulas_and_parameter_memory():
+    assert mp.allreduce_bytes(4, 10) == 2 * 3 * 80 and mp.allgather_bytes(1, 10) == 0
+    assert mp.split_ranges(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
+    per = [max(mp.tp_param_bytes(32, 96, 8, p)) for p in (1, 2, 3, 4, 6)]
+    assert per[0] == mp.param_bytes(mp.init_mlp(32, 96, 8))
+    assert all(a > b for a, b in zip(per, per[1:]))
+    # only the replicated b2 keeps memory per worker above total / p
+    assert per[3] == (32 * 96 + 96 + 96 * 8) // 4 * 8 + 8 * 8
+
+
+def test_block_factorisation_serial_reduces_loss():
+    U, V, losses = mp.mf_serial(20, 16, 4, 2, epochs=20, lr=0.02)
+    assert losses[-1] < 0.5 * losses[0]
+    assert mp.mf_bytes_per_worker(20, 16, 4, 4) * 3 < mp.mf_full_bytes(20, 16, 4)
+
+
+# ----------------------------------------------------------------------------- real processes
+@pytest.fixture(scope="module")
+def net():
+    params = mp.init_mlp(5, 10, 3, seed=0)
+    X, T = mp.make_data(8, 5, 3, seed=1)
+    cache = mp.forward(params, X)
+    return params, X, T, cache, mp.backward(params, cache, T)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_tensor_parallel_equals_serial(p, net):
+    params, X, T, cache, g = net
+    with cl.Cluster(p) as cluster:
+        res = cluster.run(mp.tp_mlp_step, params, X, T)
+    G = mp.assemble_grads(res)
+    for k in ("W1", "b1", "W2", "b2"):
+        assert maxdiff(G[k], g[k]) < TOL, k
+    for r in res:
+        assert maxdiff(r["Y"], cache["Y"]) < TOL and maxdiff(r["dX"], g["X"]) < TOL
+        assert r["loss"] == pytest.approx(mp.loss(cache["Y"], T), abs=TOL)
+    # one allreduce of Y forward, one of dX backward, nothing else
+    assert res.stats.total_bytes == mp.tp_step_bytes(8, 5, 3, p)
+    assert sum(r["fwd_bytes"] for r in res) == mp.allreduce_bytes(p, 8 * 3)
+    assert [r["param_bytes"] for r in res] == mp.tp_param_bytes(5, 10, 3, p)
+    if p > 1:
+        assert max(r["param_bytes"] for r in res) < mp.param_bytes(params)
+
+
+def _gather_worker(comm, params, X):
+    s = mp.shard_mlp(params, comm.size, comm.rank)
+    return mp.column_parallel_forward(comm, X, s["W1"], s["b1"], gather=True)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_column_parallel_allgather_bytes(start_method, net):
+    params, X, T, cache, g = net
+    p = 4                                     # 10 hidden units: uneven shards 3, 3, 2, 2
+    with cl.Cluster(p, start_method=start_method) as cluster:
+        res = cluster.run(_gather_worker, params, X)
+    for A in res:
+        assert maxdiff(A, cache["A"]) < TOL
+    assert res.stats.total_bytes == mp.allgather_bytes(p, cache["A"].size)
+    assert res.stats.total_messages == p * (p - 1)
+
+
+def _allreduce_worker(comm, n):
+    x = np.arange(n, dtype=float) * (comm.rank + 1)
+    return mp.ring_allreduce(comm, x)
+
+
+def test_ring_allreduce_uneven_sizes():
+    p, n = 3, 7
+    with cl.Cluster(p) as cluster:
+        res = cluster.run(_allreduce_worker, n)
+    for y in res:
+        assert maxdiff(y, np.arange(n) * 6.0) == 0
+    assert res.stats.total_bytes == mp.allreduce_bytes(p, n)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_pipeline_gradients_equal_serial(p):
+    layers = mp.init_deep([5, 8, 7, 6, 3], seed=4)     # 4 layers on p stages
+    X, T = mp.make_data(12, 5, 3, seed=5)
+    L, gref = mp.deep_forward_backward(layers, X, T)
+    with cl.Cluster(p) as cluster:
+        for kind in mp.SCHEDULES:
+            for m in (1, 3, 4):
+                res = cluster.run(mp.pipeline_step, layers, X, T, m, kind)
+                G = mp.assemble_pipeline_grads(res)
+                assert len(G) == len(layers)
+                for (dW, db), (rW, rb) in zip(G, gref):
+                    assert maxdiff(dW, rW) < TOL and maxdiff(db, rb) < TOL
+                assert res[-1]["loss"] == pytest.approx(L, abs=TOL)
+                # every boundary carries the activations forward and their gradient back
+                bounds = [hi for lo, hi in mp.stage_layers(len(layers), p)][:-1]
+                widths = [layers[b][0].shape[0] for b in bounds]
+                assert res.stats.total_bytes == sum(2 * 12 * w * 8 for w in widths)
+                assert res.stats.total_messages == 2 * m * (p - 1)
+                want = [m] * p if kind == "gpipe" else [min(p - s, m) for s in range(p)]
+                assert [r["peak_stash"] for r in res] == want
+
+
+def test_pipeline_measured_bubble_matches_formula():
+    p = 4
+    layers = mp.init_deep([4, 6, 6, 6, 2], seed=3)
+    X, T = mp.make_data(16, 4, 2, seed=4)
+    with cl.Cluster(p) as cluster:
+        for kind, ms in (("gpipe", (1, 2, 4, 8)), ("1f1b", (2, 8))):
+            for m in ms:
+                res = cluster.run(mp.pipeline_step, layers, X, T, m, kind, t_f=0.04, t_b=0.04)
+                got, want = mp.measured_bubble(res.timeline, p), float(mp.bubble_formula(p, m))
+                assert abs(got - want) <= 0.2 * want, (kind, m, got, want)
+
+
+def test_block_owned_matrix_factorisation():
+    n, n_cols, k, p = 24, 18, 3, 3
+    U, V, losses = mp.mf_serial(n, n_cols, k, p, epochs=4, lr=0.02)
+    need = mp.mf_bytes_per_worker(n, n_cols, k, p)
+    budget = need                               # fits on p workers ...
+    assert mp.mf_full_bytes(n, n_cols, k) > 2 * budget   # ... but not on one
+    with cl.Cluster(p) as cluster:
+        res = cluster.run(mp.mf_worker, n, n_cols, k, epochs=4, lr=0.02, budget_bytes=budget)
+        assert maxdiff(np.vstack([r["U"] for r in res]), U) == 0
+        assert maxdiff(np.vstack([r["V"] for r in res]), V) == 0
+        assert np.allclose(np.sum([r["losses"] for r in res], axis=0), losses, rtol=1e-12)
+        assert all(r["peak_bytes"] <= budget for r in res)
+        assert res.stats.total_bytes == 4 * p * n_cols * k * 8     # every V block crosses p links per epoch
+    with cl.Cluster(1) as cluster:
+        with pytest.raises(cl.WorkerError, match="budget"):
+            cluster.run(mp.mf_worker, n, n_cols, k, epochs=1, budget_bytes=budget)
+
+
+@pytest.mark.parametrize("mode", ["ring", "server"])
+def test_data_parallel_step_equals_serial(mode, net):
+    params, X, T, cache, g = net
+    p = 3
+    with cl.Cluster(p) as cluster:
+        res = cluster.run(mp.data_parallel_step, params, X, T, mode)
+    n = mp.param_bytes(params) // 8
+    for r in res:
+        for k in params:
+            assert maxdiff(r["grads"][k], g[k]) < TOL
+        assert r["param_bytes"] == mp.param_bytes(params)
+    assert res.stats.total_bytes == 2 * (p - 1) * n * 8
+    if mode == "server":
+        assert res.stats.bytes_sent(0) == (p - 1) * n * 8

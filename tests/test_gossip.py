@@ -225,3 +225,103 @@ def test_least_squares_shards_cover_rows():
     assert all(a[1] == b[0] for a, b in zip(prob.shards, prob.shards[1:]))
     with pytest.raises(ValueError):
         gs.make_least_squares(3, 2, 5)
+
+
+# --- real processes -------------------------------------------------------------------------
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_real_gossip_equals_matrix_iteration(start_method):
+    G = gs.torus(8)                                   # 2 x 4 torus
+    W = mh(G)
+    x0 = random_x0(8, 2, seed=3)
+    steps = 15
+    run = gs.run_gossip(G, x0, steps, start_method=start_method)
+    ref = gs.gossip_reference(W, x0, steps, G)
+    assert np.array_equal(run.traj, ref)              # same summation order: bit for bit
+    for t in (1, 7, steps):
+        assert np.abs(run.traj[t] - np.linalg.matrix_power(W, t) @ x0).max() < 1e-12
+    # Only edges carry bytes: one x per neighbour per step.
+    A = nx.to_numpy_array(G, nodelist=range(8)) != 0
+    assert np.array_equal(run.stats.bytes, np.where(A, steps * x0[0].nbytes, 0))
+    assert np.array_equal(run.stats.messages, np.where(A, steps, 0))
+
+
+def test_real_gossip_on_random_graph_meets_the_bound():
+    G = gs.erdos_renyi(14, 0.3, seed=4)
+    W = mh(G)
+    r = gs.spectrum(W).r
+    run = gs.run_gossip(G, random_x0(14, 3, seed=5), 60, start_method="fork")
+    assert np.array_equal(run.traj, gs.gossip_reference(W, run.traj[0], 60, G))
+    e = run.errors
+    assert np.all(e / e[0] <= r ** np.arange(61) * (1 + 1e-9))
+
+
+def test_real_gossip_rejects_weights_off_the_graph():
+    G = gs.ring(5)
+    W = mh(gs.complete(5))
+    with pytest.raises(ValueError, match="not an edge"):
+        gs.run_gossip(G, random_x0(5), 3, W=W, start_method="fork")
+
+
+def test_real_disconnected_run_agrees_only_within_components():
+    G = nx.disjoint_union(gs.ring(4), gs.ring(3))
+    x0 = random_x0(7, 1, seed=2)
+    with pytest.warns(gs.DisconnectedGraphWarning, match=r"\{0, 1, 2, 3\}, \{4, 5, 6\}"):
+        run = gs.run_gossip(G, x0, 80, start_method="fork")
+    per = gs.component_errors(run.traj, gs.components(G))
+    assert per[-1].max() < 1e-10
+    assert run.errors[-1] > 0.1 * run.errors[0]
+    assert run.stats.bytes[:4, 4:].sum() == 0 and run.stats.bytes[4:, :4].sum() == 0
+
+
+def test_real_pairwise_gossip_equals_reference():
+    G = gs.expander(10, 3, seed=0)
+    x0 = random_x0(10, 2, seed=6)
+    run = gs.run_pairwise(G, x0, 300, seed=9, start_method="fork")
+    ref = gs.pairwise_reference(x0, gs.pairwise_schedule(G, 300, seed=9))
+    assert np.array_equal(run.traj, ref)
+    assert run.stats.total_messages == 2 * 300        # one message each way per tick
+
+
+def test_real_dpsgd_and_centralised_sgd_equal_their_references():
+    prob = gs.make_least_squares(480, 6, 6, iid=False, seed=1)
+    G = gs.ring(6)
+    run = gs.run_dpsgd(G, prob, 40, lr=0.5, batch=8, seed=2, start_method="fork")
+    ref = gs.dpsgd_reference(prob, mh(G), G, 40, lr=0.5, batch=8, seed=2)
+    assert np.abs(run.traj - ref).max() < 1e-12
+    # Busiest node: degree 2, sends and receives one model per neighbour per step.
+    assert gs.busiest_node_bytes(run.stats) == 2 * 2 * 40 * prob.dim * 8
+    c = gs.run_centralised_sgd(prob, 40, lr=0.5, batch=8, seed=2, start_method="fork")
+    assert np.abs(c.traj - gs.centralised_sgd_reference(prob, 40, lr=0.5, batch=8, seed=2)).max() < 1e-12
+    # The server receives n gradients and sends n models per step (plus one small stop message each).
+    assert c.stats.bytes_received(0) == 6 * 40 * prob.dim * 8
+    stop = c.stats.bytes_sent(0) - 6 * 40 * prob.dim * 8
+    assert 0 < stop <= 6 * 16 and gs.busiest_node_bytes(c.stats) == c.stats.bytes_sent(0) + c.stats.bytes_received(0)
+    a = gs.run_centralised_sgd(prob, 40, lr=0.5, batch=8, seed=2, asynchronous=True, start_method="fork")
+    assert a.traj.shape == (41, prob.dim)
+    sub = prob.suboptimality(a.traj)
+    assert sub[-1] < 0.2 * sub[0]
+
+
+SIXTY_FOUR = """
+import resource, sys, time
+import numpy as np
+import course_lib.gossip as gs
+if __name__ == "__main__":
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    G = gs.make_topology(sys.argv[1], 64)
+    x0 = np.random.default_rng(0).standard_normal((64, 2))
+    t = time.perf_counter()
+    run = gs.run_gossip(G, x0, 10, start_method="fork")
+    ok = np.array_equal(run.traj, gs.gossip_reference(gs.metropolis_hastings(G), x0, 10, G))
+    print("OK" if ok else "MISMATCH", round(time.perf_counter() - t, 2))
+"""
+
+
+@pytest.mark.parametrize("topology", ["ring", "hypercube"])
+def test_64_node_processes_with_fd_limit_1024(topology, tmp_path):
+    script = tmp_path / "sixty_four.py"
+    script.write_text(textwrap.dedent(SIXTY_FOUR))
+    out = subprocess.run([sys.executable, str(script), topology], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("OK"), out.stdout + out.stderr[-2000:]

@@ -1,5 +1,34 @@
-"""Collective communication (lesson 02). Filled in by the collectives lesson."""
+"""Collective communication (lesson 02), built from point-to-point messages.
+
+Every algorithm is a plain function of a transport (``rank``, ``size``, ``send``,
+``recv``, ``sendrecv``; see :mod:`._p2p`), grouped by collective in ``ALGORITHMS``::
+
+    ALGORITHMS["allreduce"]["ring"](t, x, SUM)
+
+On a communicator the same algorithms are methods with mpi4py's arguments and an
+extra ``algorithm=`` keyword (``comm.allreduce(x, op=SUM, algorithm="ring")``); the
+runtime's ``Comm`` inherits :class:`CollectivesMixin`. Costs: :mod:`course_lib.costs`.
+
+Modules: barrier, broadcast (bcast/scatter/gather), allgather, alltoall, reduction
+(reduce, reduce_scatter, allreduce, scan), scatter_gather (the seeds' ScatterGather),
+groups (Split, Group, sub-communicators), shmem (shared-memory allreduce),
+sim (in-process simulator for quick tests).
+"""
+from ._p2p import CollectiveMismatch, chunk_bounds, chunk_sizes, fold_roles
+from .mixin import ALGORITHMS, DEFAULTS, CollectivesMixin
+from .groups import UNDEFINED, Group, SubComm
+from .scatter_gather import classify as classify_scatter_gather
+
+__all__ = ["CollectivesMixin", "CollectiveMismatch", "ALGORITHMS", "DEFAULTS", "Group", "SubComm", "UNDEFINED",
+           "chunk_bounds", "chunk_sizes", "fold_roles", "classify_scatter_gather",
+           "token_ring_barrier", "dissemination_barrier"]
 
 
-class CollectivesMixin:
-    """Methods mixed into every communicator: bcast, scatter, gather, allreduce, ..."""
+def token_ring_barrier(comm):
+    """The seeds' token-ring barrier on a communicator (2p - 1 messages in a row)."""
+    comm.barrier_with("token_ring")
+
+
+def dissemination_barrier(comm):
+    """Dissemination barrier (Hensgen, Finkel & Manber 1988): ceil(lg p) rounds."""
+    comm.barrier_with("dissemination")

@@ -1,0 +1,88 @@
+"""What every collective algorithm needs from the messaging layer, and small helpers.
+
+An algorithm is a plain function ``alg(t, ...)`` of a *transport* ``t`` with
+``t.rank``, ``t.size`` and four calls:
+
+* ``t.send(obj, dest, info=None)``
+* ``t.recv(source) -> obj``  and  ``t.recv_info(source) -> (obj, info)``
+* ``t.sendrecv(obj, dest, source, info=None) -> obj`` (both at once: never deadlocks,
+  however large the message; ``t.sendrecv_info`` also returns the info)
+
+``info`` is small metadata (block ids, shapes) that rides in the message envelope, like
+MPI's envelope (source, tag, count): it is not payload and is not counted as bytes.
+The same algorithm runs on real processes (``CollectivesMixin``) and in the in-process
+thread simulator (:mod:`course_lib.collectives.sim`) used by the fast unit tests.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class CollectiveMismatch(RuntimeError):
+    """Ranks disagree about a collective call (different collective, root, op, shape or dtype)."""
+
+
+def chunk_bounds(n: int, p: int) -> list[int]:
+    """Boundaries of p near-equal chunks of n elements (the first n % p get one more),
+    as ``np.array_split`` cuts: chunk i is ``[b[i], b[i+1])``."""
+    q, rem = divmod(n, p)
+    b = [0]
+    for i in range(p):
+        b.append(b[-1] + q + (1 if i < rem else 0))
+    return b
+
+
+def chunk_sizes(n: int, p: int) -> list[int]:
+    b = chunk_bounds(n, p)
+    return [b[i + 1] - b[i] for i in range(p)]
+
+
+def is_array(x) -> bool:
+    return type(x) is np.ndarray and not x.dtype.hasobject
+
+
+def pack_blocks(blocks: dict):
+    """Several blocks in one message. Arrays of one dtype travel as one concatenated
+    array (payload = their bytes exactly); anything else as a list (pickled)."""
+    ids = sorted(blocks)
+    vals = [blocks[i] for i in ids]
+    if vals and all(is_array(v) for v in vals) and len({v.dtype for v in vals}) == 1:
+        flat = np.concatenate([v.reshape(-1) for v in vals])
+        return flat, ("arr", tuple((i, v.shape) for i, v in zip(ids, vals)))
+    return vals, ("obj", tuple(ids))
+
+
+def unpack_blocks(payload, info) -> dict:
+    kind, meta = info
+    if kind == "obj":
+        return dict(zip(meta, payload))
+    out, start = {}, 0
+    for i, shape in meta:
+        size = int(np.prod(shape, dtype=np.int64))
+        out[i] = payload[start:start + size].reshape(shape)
+        start += size
+    return out
+
+
+def fold_roles(p: int):
+    """Reduce p to the largest power of two p2 <= p, as Thakur et al. (2005) do for
+    recursive doubling/halving: among the first 2r ranks (r = p - p2) each even rank
+    hands its data to the odd rank above it and sits out.
+
+    Returns (p2, r, virt, real): virt[rank] is the virtual rank (None for a rank that
+    sits out) and real[v] the real rank of virtual rank v."""
+    p2 = 1
+    while p2 * 2 <= p:
+        p2 *= 2
+    r = p - p2
+    virt = [None] * p
+    real = []
+    for v in range(p2):
+        real.append(2 * v + 1 if v < r else v + r)
+    for v, rk in enumerate(real):
+        virt[rk] = v
+    return p2, r, virt, real
+
+
+def ceil_log2(p: int) -> int:
+    return (p - 1).bit_length()

@@ -1,0 +1,28 @@
+"""All-to-all: rank r sends its item j to rank j, and receives item r of everyone.
+
+It is the transpose of a p x p matrix of blocks (row r lives on rank r).
+
+* ``pairwise``: in step s = 1 .. p-1 rank r sends to r + s and receives from r - s:
+  (p-1) alpha + (p-1)/p n beta, n = bytes each rank holds.
+"""
+from __future__ import annotations
+
+
+def _check(seq, p):
+    if seq is None or len(seq) != p:
+        raise ValueError(f"alltoall: every rank must pass a sequence of {p} items, "
+                         f"got {type(seq).__name__}" + ("" if seq is None else f" of length {len(seq)}"))
+
+
+def pairwise(t, seq):
+    p, r = t.size, t.rank
+    _check(seq, p)
+    out = [None] * p
+    out[r] = seq[r]
+    for s in range(1, p):
+        dst, src = (r + s) % p, (r - s) % p
+        out[src] = t.sendrecv(seq[dst], dst, src)
+    return out
+
+
+ALGORITHMS = {"pairwise": pairwise}

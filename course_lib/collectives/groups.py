@@ -1,0 +1,194 @@
+"""Groups and sub-communicators (MPI_Comm_split, MPI_Group_union / intersection).
+
+A *group* is an ordered set of processes; a *sub-communicator* lets a group run every
+collective among itself. Its traffic gets its own context id, so it never mixes with
+the parent's messages, and ranks are renumbered 0..k-1 (translated to the parent's
+ranks under the hood).
+
+``comm.Split(color, key)`` (collective over comm): ranks with the same color form one
+sub-communicator, ordered by (key, old rank); color ``None`` or ``UNDEFINED`` gets
+``None`` back (mpi4py's COMM_NULL). ``Group.Union/Intersection/Difference`` combine
+groups as the seeds describe, and ``comm.Create_group(group)`` (collective over the
+group only) makes its communicator.
+"""
+from __future__ import annotations
+
+import zlib
+
+from .mixin import CollectivesMixin
+
+UNDEFINED = -32766  # mpi4py's MPI.UNDEFINED
+
+
+def _ctx(*parts) -> int:
+    """A context id every member computes alike (crc32 is the same in every process)."""
+    return 1000 + 2 * zlib.crc32(repr(parts).encode())
+
+
+class Group:
+    """An ordered set of processes, named by world rank; ``rank`` is my position or UNDEFINED."""
+
+    def __init__(self, members, me=None):
+        self.members = tuple(int(m) for m in members)
+        if len(set(self.members)) != len(self.members):
+            raise ValueError(f"a group lists each process once, got {self.members}")
+        self._me = me
+
+    @property
+    def size(self):
+        return len(self.members)
+
+    @property
+    def rank(self):
+        return self.members.index(self._me) if self._me in self.members else UNDEFINED
+
+    def Get_size(self):
+        return self.size
+
+    def Get_rank(self):
+        return self.rank
+
+    def Incl(self, ranks):
+        return Group([self.members[r] for r in ranks], self._me)
+
+    def Excl(self, ranks):
+        drop = set(ranks)
+        return Group([m for i, m in enumerate(self.members) if i not in drop], self._me)
+
+    @staticmethod
+    def Union(a, b):
+        return Group(list(a.members) + [m for m in b.members if m not in a.members], a._me)
+
+    @staticmethod
+    def Intersection(a, b):
+        return Group([m for m in a.members if m in b.members], a._me)
+
+    @staticmethod
+    def Difference(a, b):
+        return Group([m for m in a.members if m not in b.members], a._me)
+
+    def __or__(self, other):
+        return Group.Union(self, other)
+
+    def __and__(self, other):
+        return Group.Intersection(self, other)
+
+    def __sub__(self, other):
+        return Group.Difference(self, other)
+
+    def __eq__(self, other):
+        return isinstance(other, Group) and self.members == other.members
+
+    def __hash__(self):
+        return hash(self.members)
+
+    def __repr__(self):
+        return f"Group({list(self.members)})"
+
+
+class SubComm(CollectivesMixin):
+    """A communicator over some processes of the world communicator ``world``."""
+
+    def __init__(self, world, members, ctx):
+        self._world = world
+        self._members = tuple(members)
+        self.rank = self._members.index(world.rank)
+        self.size = len(self._members)
+        self._ctx_p2p, self._ctx_coll = ctx, ctx + 1
+        # per-communicator counters (set here so __getattr__ never hands out the world's)
+        self._coll_run, self._coll_seq, self._n_splits, self._n_groups = object(), 0, 0, {}
+
+    # what a collective needs -------------------------------------------------------
+    @property
+    def _run_id(self):
+        return getattr(self._world, "_run_id", None)
+
+    def _send(self, obj, dest, tag, context):
+        self._world._send(obj, self._members[dest], tag, context)
+
+    def _recv(self, source, tag, context):
+        from ..comm import ANY_SOURCE
+        wsrc = ANY_SOURCE if source == ANY_SOURCE else self._members[source]
+        src, tag, obj = self._world._recv(wsrc, tag, context)
+        return self._members.index(src), tag, obj
+
+    def _coll_link(self, peer):
+        self._world._coll_link(self._members[peer])
+
+    # user point-to-point inside the group -------------------------------------------------
+    def _check(self, peer, what):
+        if not isinstance(peer, int) or not 0 <= peer < self.size or peer == self.rank:
+            raise ValueError(f"rank {self.rank}: {what}={peer!r} is not another rank of this "
+                             f"communicator (0..{self.size - 1})")
+
+    def send(self, obj, dest, tag=0):
+        self._check(dest, "dest")
+        self._send(obj, dest, tag, self._ctx_p2p)
+
+    def recv(self, buf=None, source=-1, tag=-1, status=None):
+        if source != -1:
+            self._check(source, "source")
+        src, got, obj = self._recv(source, tag, self._ctx_p2p)
+        if status is not None:
+            status.source, status.tag = src, got
+        return obj
+
+    def sendrecv(self, sendobj, dest, sendtag=0, source=-1, recvtag=-1, status=None):
+        self._check(dest, "dest")
+        req = self._world._isend(sendobj, self._members[dest], sendtag, self._ctx_p2p)
+        obj = self.recv(source=source, tag=recvtag, status=status)
+        req.wait()
+        return obj
+
+    def barrier(self):
+        """Dissemination barrier among the members (the world's barrier would wait for all)."""
+        self.barrier_with("dissemination")
+
+    def Get_rank(self):
+        return self.rank
+
+    def Get_size(self):
+        return self.size
+
+    def Free(self):
+        pass
+
+    def __getattr__(self, name):
+        # compute(), logger, stats, now(), step ... are the process's, shared with the world
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.__dict__["_world"], name)
+
+    def __repr__(self):
+        return f"SubComm(rank={self.rank}, size={self.size}, world ranks={list(self._members)})"
+
+
+def _world_of(comm):
+    return getattr(comm, "_world", comm)
+
+
+def split(comm, color=0, key=0):
+    """MPI_Comm_split: collective over ``comm``; costs one allgather of (color, key)."""
+    if color is not None and color != UNDEFINED and (isinstance(color, bool) or not isinstance(color, int)
+                                                     or color < 0):
+        raise ValueError(f"rank {comm.rank}: Split color must be an int >= 0 (or UNDEFINED), got {color!r}")
+    comm._n_splits = getattr(comm, "_n_splits", 0) + 1
+    pairs = comm.allgather((None if color == UNDEFINED else color, key))
+    if color is None or color == UNDEFINED:
+        return None
+    world_of_local = comm._world_ranks()
+    same = sorted((k, r) for r, (c, k) in enumerate(pairs) if c == color)
+    members = [world_of_local[r] for _, r in same]
+    ctx = _ctx(comm._coll_context(), "split", comm._n_splits, color)
+    return SubComm(_world_of(comm), members, ctx)
+
+
+def create_group(comm, group: Group):
+    """MPI_Comm_create_group: collective over the group's members only (no messages)."""
+    world = _world_of(comm)
+    if world.rank not in group.members:
+        return None
+    counts = comm.__dict__.setdefault("_n_groups", {})
+    counts[group.members] = counts.get(group.members, 0) + 1
+    ctx = _ctx(comm._coll_context(), "group", group.members, counts[group.members])
+    return SubComm(world, group.members, ctx)

@@ -1,0 +1,320 @@
+"""The collective methods every communicator gets (``Comm`` inherits this mixin).
+
+Arguments and return values follow mpi4py's lowercase object methods, so an mpi4py
+program runs unchanged; ``algorithm=`` picks the algorithm (see ``ALGORITHMS``).
+
+How collective traffic stays apart from user messages: it travels in its own
+*context* (an MPI idea: the communicator's hidden id), so ``comm.recv()`` can never
+take a collective's message and vice versa.
+
+How misuse is caught without costing a byte: every collective message carries, in its
+envelope (the tag, which is not counted as payload), the call's *signature*: which
+collective, the call number on this communicator, root, op, algorithm, and for
+reductions the array shape and dtype. A rank that receives a message whose signature
+differs from its own call raises :class:`CollectiveMismatch` naming both ranks and what
+each passed. Where MPI would hang, this raises, as soon as a mismatched message arrives.
+A rare mismatch where no rank receives anything (say rank 0 waits in ``bcast(root=1)``
+while rank 1 waits in ``gather(root=1)``) is caught by setting
+``comm.check_collectives = True``: each collective then first allgathers the signatures
+(Bruck, ceil(lg p) small messages per rank; these *are* counted in the statistics,
+which is why the check is off by default and the byte formulas are checked without it).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..ops import SUM, Op, as_op
+from . import allgather as _ag
+from . import alltoall as _a2a
+from . import barrier as _bar
+from . import broadcast as _bc
+from . import reduction as _red
+from ._p2p import CollectiveMismatch, is_array
+
+WORLD_COLL_CONTEXT = 1          # context of the world communicator's collective traffic
+SMALL_MESSAGE = 64 * 1024       # allreduce default: recursive doubling below, ring above
+_SYNC_SEND = 1024               # smaller sends go straight into the Pipe buffer (8 KiB on macOS)
+
+ALGORITHMS = {
+    "barrier": _bar.ALGORITHMS, "bcast": _bc.BCAST, "scatter": _bc.SCATTER, "gather": _bc.GATHER,
+    "allgather": _ag.ALGORITHMS, "alltoall": _a2a.ALGORITHMS, "reduce": _red.REDUCE,
+    "reduce_scatter": _red.REDUCE_SCATTER, "allreduce": _red.ALLREDUCE, "scan": _red.SCAN,
+    "exscan": _red.SCAN,
+}
+DEFAULTS = {"barrier": "dissemination", "bcast": "binomial", "scatter": "binomial", "gather": "binomial",
+            "allgather": "bruck", "alltoall": "pairwise", "reduce": "binomial", "reduce_scatter": "ring",
+            "scan": "recursive_doubling", "exscan": "recursive_doubling"}
+
+
+def _describe(x) -> str:
+    if is_array(x):
+        return f"array shape={x.shape} dtype={x.dtype}"
+    if x is None:
+        return "None"
+    return type(x).__name__
+
+
+class _Transport:
+    """Point-to-point for one collective call, with the call's signature in every envelope."""
+
+    def __init__(self, comm, key, desc):
+        self.comm, self.rank, self.size = comm, comm.rank, comm.size
+        self._key, self._desc = key, desc
+        self._ctx = comm._coll_context()
+
+    def _tag(self, info):
+        return ("coll", self._key, self._desc, info)
+
+    def send(self, obj, dest, info=None):
+        self.comm._coll_link(dest)
+        self.comm._send(obj, dest, self._tag(info), self._ctx)
+
+    def recv_info(self, source):
+        from ..comm import ANY_TAG
+        self.comm._coll_link(source)
+        src, tag, obj = self.comm._recv(source, ANY_TAG, self._ctx)
+        if not (isinstance(tag, tuple) and len(tag) == 4 and tag[1] == self._key):
+            other = tag[2] if isinstance(tag, tuple) and len(tag) == 4 else repr(tag)
+            raise CollectiveMismatch(
+                f"collective mismatch between rank {self.rank} and rank {src}: "
+                f"rank {self.rank} called {self._desc}, but rank {src} called {other}. "
+                "Every rank must call the same collectives in the same order, with the same "
+                "root, op and algorithm, and (for reductions) arrays of the same shape and dtype.")
+        return obj, tag[3]
+
+    def recv(self, source):
+        return self.recv_info(source)[0]
+
+    def sendrecv_info(self, obj, dest, source, info=None):
+        self.comm._coll_link(dest)
+        small = (obj.nbytes if is_array(obj) else 0) < _SYNC_SEND and (is_array(obj) or obj is None)
+        if small:
+            self.comm._send(obj, dest, self._tag(info), self._ctx)
+            return self.recv_info(source)
+        box = []
+
+        def run():
+            try:
+                self.comm._send(obj, dest, self._tag(info), self._ctx)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                box.append(exc)
+
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        try:
+            got = self.recv_info(source)
+        finally:
+            th.join()
+        if box:
+            raise box[0]
+        return got
+
+    def sendrecv(self, obj, dest, source, info=None):
+        return self.sendrecv_info(obj, dest, source, info)[0]
+
+
+class CollectivesMixin:
+    """bcast, scatter, gather, allgather, alltoall, reduce, allreduce, reduce_scatter, scan,
+    exscan, barrier_with, Split, Create_group, scatter_gather, allreduce_shm."""
+
+    check_collectives = False
+
+    # -- plumbing --------------------------------------------------------------
+    def _coll_context(self):
+        return getattr(self, "_ctx_coll", WORLD_COLL_CONTEXT)
+
+    def _coll_link(self, peer):
+        links = getattr(self, "_links", None)
+        if links is not None and peer not in links:
+            raise ValueError(f"rank {self.rank}: this collective needs a link to rank {peer}, but the "
+                             f"topology has none (neighbours: {sorted(links)}); run collectives on a full mesh")
+
+    def _next_call(self):
+        run = getattr(self, "_run_id", None)
+        if getattr(self, "_coll_run", object()) != run:   # a new run starts counting afresh
+            self._coll_run, self._coll_seq = run, 0
+        self._coll_seq += 1
+        return self._coll_seq
+
+    def _check_root(self, root, name):
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
+            raise ValueError(f"rank {self.rank}: {name}: root={root!r} is not a rank of this communicator "
+                             f"(0..{self.size - 1})")
+        return int(root)
+
+    def _pick(self, name, algorithm):
+        table = ALGORITHMS[name]
+        if algorithm not in table:
+            raise ValueError(f"{name}: unknown algorithm {algorithm!r}; choose one of {sorted(table)}")
+        return table[algorithm]
+
+    def _transport(self, name, algorithm, *, root=None, op=None, data=None, array_sig=False):
+        seq = self._next_call()
+        sig = (data.shape, data.dtype.str) if array_sig and is_array(data) else None
+        key = (name, seq, root, None if op is None else op.name, algorithm, sig)
+        parts = [f"{name}(", _describe(data)]
+        if root is not None:
+            parts.append(f", root={root}")
+        if op is not None:
+            parts.append(f", op={op!r}")
+        parts.append(f", algorithm={algorithm!r}) [call #{seq}]")
+        desc = "".join(parts)
+        t = _Transport(self, key, desc)
+        if self.check_collectives and self.size > 1:
+            self._verify(seq, key, desc)
+        return t
+
+    def _verify(self, seq, key, desc):
+        t = _Transport(self, ("verify", seq), f"signature check [call #{seq}]")
+        sigs = _ag.bruck(t, (key, desc))
+        if any(k != key for k, _ in sigs):
+            lines = "; ".join(f"rank {r}: {d}" for r, (_, d) in enumerate(sigs))
+            raise CollectiveMismatch(f"ranks called different collectives: {lines}")
+
+    # -- barrier -----------------------------------------------------------------
+    def barrier_with(self, algorithm="dissemination"):
+        """A barrier built from messages: 'token_ring' (2p - 1 messages in a row) or
+        'dissemination' (ceil(lg p) rounds). Tokens are empty: zero payload bytes."""
+        fn = self._pick("barrier", algorithm)
+        fn(self._transport("barrier", algorithm))
+
+    # -- one to all / all to one ----------------------------------------------------
+    def bcast(self, obj=None, root=0, algorithm=None):
+        """Return the root's ``obj`` on every rank."""
+        root = self._check_root(root, "bcast")
+        algorithm = algorithm or DEFAULTS["bcast"]
+        fn = self._pick("bcast", algorithm)
+        return fn(self._transport("bcast", algorithm, root=root, data=obj if self.rank == root else None),
+                  obj, root)
+
+    def scatter(self, sendobj=None, root=0, algorithm=None):
+        """The root passes p items; rank i returns item i."""
+        root = self._check_root(root, "scatter")
+        algorithm = algorithm or DEFAULTS["scatter"]
+        fn = self._pick("scatter", algorithm)
+        if self.rank == root and (sendobj is None or len(sendobj) != self.size):
+            n = "None" if sendobj is None else f"{len(sendobj)} items"
+            raise ValueError(f"rank {root}: scatter root must pass {self.size} items (one per rank), got {n}")
+        return fn(self._transport("scatter", algorithm, root=root), sendobj, root)
+
+    def gather(self, sendobj, root=0, algorithm=None):
+        """The root returns the list of every rank's object (rank order); others return None."""
+        root = self._check_root(root, "gather")
+        algorithm = algorithm or DEFAULTS["gather"]
+        fn = self._pick("gather", algorithm)
+        return fn(self._transport("gather", algorithm, root=root, data=sendobj), sendobj, root)
+
+    def allgather(self, sendobj, algorithm=None):
+        """Every rank returns the list of every rank's object, in rank order."""
+        algorithm = algorithm or DEFAULTS["allgather"]
+        fn = self._pick("allgather", algorithm)
+        return fn(self._transport("allgather", algorithm, data=sendobj), sendobj)
+
+    def alltoall(self, sendobj, algorithm=None):
+        """Rank r passes p items; item j goes to rank j; returns the items addressed to r."""
+        algorithm = algorithm or DEFAULTS["alltoall"]
+        fn = self._pick("alltoall", algorithm)
+        if sendobj is None or len(sendobj) != self.size:
+            n = "None" if sendobj is None else f"{len(sendobj)} items"
+            raise ValueError(f"rank {self.rank}: alltoall needs {self.size} items (one per rank), got {n}")
+        return fn(self._transport("alltoall", algorithm), sendobj)
+
+    # -- reductions ------------------------------------------------------------------
+    def reduce(self, sendobj, op=SUM, root=0, algorithm=None):
+        """The root returns op over all ranks' objects (in rank order); others return None."""
+        root = self._check_root(root, "reduce")
+        op = as_op(op)
+        algorithm = algorithm or DEFAULTS["reduce"]
+        fn = self._pick("reduce", algorithm)
+        t = self._transport("reduce", algorithm, root=root, op=op, data=sendobj, array_sig=True)
+        res = fn(t, sendobj, op, root)
+        return None if self.rank != root else op.apply_final(res, self.size)
+
+    def _allreduce_default(self, x, op):
+        if is_array(x) and x.nbytes >= SMALL_MESSAGE:
+            return "ring" if op.commute else "rabenseifner"
+        return "recursive_doubling"
+
+    def allreduce(self, sendobj, op=SUM, algorithm=None, wire_dtype=None):
+        """Every rank returns op over all ranks' objects.
+
+        ``wire_dtype=np.float16`` sends float16 (half the bytes of float32) and
+        accumulates each partial sum in float32 before rounding it again."""
+        op = as_op(op)
+        if wire_dtype is not None:
+            return self._allreduce_lowp(sendobj, op, algorithm, np.dtype(wire_dtype))
+        algorithm = algorithm or self._allreduce_default(sendobj, op)
+        fn = self._pick("allreduce", algorithm)
+        t = self._transport("allreduce", algorithm, op=op, data=sendobj, array_sig=True)
+        return op.apply_final(fn(t, sendobj, op), self.size)
+
+    def _allreduce_lowp(self, x, op, algorithm, wire):
+        if not is_array(x):
+            raise TypeError("wire_dtype needs a numpy array")
+        acc = np.result_type(wire, np.float32)
+
+        def low(a, b, _f=op.fn):
+            return np.asarray(_f(a.astype(acc), b.astype(acc))).astype(wire)
+
+        lowop = Op(low, op.commute, f"{op.name}@{wire.name}", op.finalize)
+        algorithm = algorithm or self._allreduce_default(x.astype(wire), op)
+        fn = self._pick("allreduce", algorithm)
+        xw = x.astype(wire)
+        t = self._transport("allreduce", algorithm, op=lowop, data=xw, array_sig=True)
+        res = fn(t, xw, lowop).astype(x.dtype)
+        return op.apply_final(res, self.size)
+
+    def reduce_scatter(self, sendobj, op=SUM, algorithm=None):
+        """Reduce the (flattened) arrays and return chunk ``rank`` of the result (chunks
+        cut as ``np.array_split`` does: the first n % p chunks have one element more)."""
+        op = as_op(op)
+        algorithm = algorithm or DEFAULTS["reduce_scatter"]
+        fn = self._pick("reduce_scatter", algorithm)
+        t = self._transport("reduce_scatter", algorithm, op=op, data=sendobj, array_sig=True)
+        return op.apply_final(fn(t, sendobj, op), self.size)
+
+    def scan(self, sendobj, op=SUM, algorithm=None):
+        """Rank r returns op over the objects of ranks 0..r."""
+        op = as_op(op)
+        algorithm = algorithm or DEFAULTS["scan"]
+        fn = self._pick("scan", algorithm)
+        t = self._transport("scan", algorithm, op=op, data=sendobj, array_sig=True)
+        return op.apply_final(fn(t, sendobj, op), self.rank + 1)
+
+    def exscan(self, sendobj, op=SUM, algorithm=None):
+        """Rank r returns op over the objects of ranks 0..r-1 (None on rank 0)."""
+        op = as_op(op)
+        algorithm = algorithm or DEFAULTS["exscan"]
+        fn = self._pick("exscan", algorithm)
+        t = self._transport("exscan", algorithm, op=op, data=sendobj, array_sig=True)
+        res = fn(t, sendobj, op, exclusive=True)
+        return None if res is None else op.apply_final(res, self.rank)
+
+    # -- groups, ScatterGather, shared memory (see groups.py, scatter_gather.py, shmem.py) ----
+    def Split(self, color=0, key=0):
+        from .groups import split
+        return split(self, color, key)
+
+    def Create_group(self, group, tag=0):
+        from .groups import create_group
+        return create_group(self, group)
+
+    def Get_group(self):
+        from .groups import Group
+        return Group(self._world_ranks(), self._world_rank())
+
+    def _world_ranks(self):
+        return tuple(getattr(self, "_members", range(self.size)))
+
+    def _world_rank(self):
+        return self._world_ranks()[self.rank]
+
+    def scatter_gather(self, data, src, dst, unit_size, total_size):
+        from .scatter_gather import scatter_gather
+        return scatter_gather(self, data, src, dst, unit_size, total_size)
+
+    def allreduce_shm(self, x, op=SUM, workspace=None):
+        from .shmem import allreduce_shm
+        return allreduce_shm(self, x, op, workspace)

@@ -1,0 +1,77 @@
+"""Allreduce through shared memory instead of messages: the fast path on one machine.
+
+Every rank writes its vector into row ``rank`` of a (p, n) shared array; after a
+barrier, rank r reduces column block r over all rows (a reduce-scatter done by
+reading memory) and writes it into row 0; after a second barrier every rank copies
+row 0. No payload crosses a Pipe: only the barriers' empty tokens (and, when no
+workspace is given, the segment's name). Rank 0 creates the segment and unlinks it
+at the end; pass ``workspace=cluster.share(np.zeros((p, n)))`` to reuse one segment
+owned by the parent across calls.
+"""
+from __future__ import annotations
+
+import sys
+from multiprocessing import resource_tracker, shared_memory
+
+import numpy as np
+
+from .. import shm
+from ..ops import SUM, as_op
+from ._p2p import chunk_bounds, is_array
+
+
+def allreduce_shm(comm, x, op=SUM, workspace=None):
+    if not is_array(x):
+        raise TypeError(f"allreduce_shm needs a numpy array, got {type(x).__name__}")
+    op = as_op(op)
+    p, r = comm.size, comm.rank
+    n = x.size
+    own = workspace is None
+    seg = None
+    if own:
+        sa = shm.SharedArray.create((p, n), x.dtype) if r == 0 else None
+        name = comm.bcast(sa.name if r == 0 else None, root=0)
+        if r == 0:
+            a = sa.array
+        else:
+            seg = _attach_untracked(name)
+            a = np.frombuffer(seg.buf, dtype=x.dtype, count=p * n).reshape(p, n)
+    else:
+        sa = workspace
+        if tuple(sa.shape) != (p, n) or sa.dtype != x.dtype:
+            raise ValueError(f"allreduce_shm: workspace must have shape {(p, n)} and dtype {x.dtype}, "
+                             f"got {tuple(sa.shape)} {sa.dtype}")
+        a = sa.array
+    a[r] = x.reshape(-1)
+    comm.barrier_with("dissemination")        # every row written
+    b = chunk_bounds(n, p)
+    mine = slice(b[r], b[r + 1])
+    acc = a[0, mine].copy()
+    for i in range(1, p):                      # rank order: fine for non-commutative ops
+        acc = op(acc, a[i, mine])
+    a[0, mine] = acc                            # my block only: nobody else reads it now
+    comm.barrier_with("dissemination")        # every block reduced
+    out = a[0].copy().reshape(x.shape)
+    del a, acc
+    comm.barrier_with("dissemination")        # everybody has copied: reuse or release
+    if own and r == 0:
+        sa.release()                          # close + unlink: the name is gone
+    if seg is not None:
+        seg.close()
+    return op.apply_final(out, p)
+
+
+def _attach_untracked(name):
+    """Attach without registering with this process's resource tracker.
+
+    Before Python 3.13 attaching registers the segment, and a worker's own tracker then
+    unlinks (or warns about) a segment it never owned when the worker exits. The owner
+    (rank 0) is tracked, and the runtime sweeps segments of dead workers by pid."""
+    if sys.version_info >= (3, 13):
+        return shared_memory.SharedMemory(name=name, track=False)
+    saved = resource_tracker.register
+    resource_tracker.register = lambda *args, **kwargs: None
+    try:
+        return shared_memory.SharedMemory(name=name)
+    finally:
+        resource_tracker.register = saved

@@ -1,0 +1,491 @@
+"""Collectives (lesson 02): every algorithm against numpy, traffic against the formulas.
+
+Two layers: the algorithms on the in-process simulator (milliseconds, every p = 1..8,
+ragged lengths, hypothesis), then the same algorithms on real processes through the
+communicator's mpi4py-style methods, where the runtime's own byte counters must equal
+``course_lib.costs.traffic`` exactly. Real-process tests run many calls inside one
+``cluster.run`` because starting processes is the expensive part.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import course_lib as cl
+from course_lib import costs
+from course_lib.collectives import ALGORITHMS, CollectiveMismatch, Group, chunk_sizes, classify_scatter_gather
+from course_lib.collectives.sim import simulate
+from course_lib.ops import MAX, MAXLOC, MEAN, MIN, MINLOC, PROD, SUM, Op
+
+ROOTED = ("bcast", "scatter", "gather", "reduce")
+
+
+def _case(coll, alg, t, xs, root, op=SUM):
+    fn = ALGORITHMS[coll][alg]
+    r = t.rank
+    if coll == "barrier":
+        return fn(t)
+    if coll == "bcast":
+        return fn(t, xs[root] if r == root else None, root)
+    if coll == "scatter":
+        return fn(t, np.stack(xs) if r == root else None, root)
+    if coll == "gather":
+        return fn(t, xs[r], root)
+    if coll in ("allgather",):
+        return fn(t, xs[r])
+    if coll == "alltoall":
+        return fn(t, [xs[r] + j for j in range(t.size)])
+    if coll == "reduce":
+        return fn(t, xs[r], op, root)
+    if coll == "exscan":
+        return fn(t, xs[r], op, exclusive=True)
+    return fn(t, xs[r], op)
+
+
+def _expected(coll, p, xs, root, r):
+    if coll == "barrier":
+        return None
+    if coll == "bcast":
+        return xs[root]
+    if coll == "scatter":
+        return xs[r]
+    if coll == "gather":
+        return xs if r == root else None
+    if coll == "allgather":
+        return xs
+    if coll == "alltoall":
+        return [xs[i] + r for i in range(p)]
+    if coll == "reduce":
+        return np.sum(xs, axis=0) if r == root else None
+    if coll == "allreduce":
+        return np.sum(xs, axis=0)
+    if coll == "reduce_scatter":
+        return np.array_split(np.sum(xs, axis=0), p)[r]
+    if coll == "scan":
+        return np.sum(xs[:r + 1], axis=0)
+    if coll == "exscan":
+        return np.sum(xs[:r], axis=0) if r else None
+
+
+def _close(got, want, tol=1e-9):
+    if want is None:
+        return got is None
+    if isinstance(want, list):
+        return len(got) == len(want) and all(_close(g, w, tol) for g, w in zip(got, want))
+    return np.shape(got) == np.shape(want) and np.allclose(got, want, rtol=tol, atol=tol)
+
+
+ALL = [(c, a) for c in ALGORITHMS for a in ALGORITHMS[c]]
+
+
+# -- simulator: every algorithm, every p, ragged n ---------------------------------------
+@pytest.mark.parametrize("coll,alg", ALL)
+def test_sim_every_algorithm_matches_numpy_and_traffic_formula(coll, alg):
+    rng = np.random.default_rng(hash((coll, alg)) % 2**32)
+    for p in range(1, 9):
+        for n in (0, 1, 5, p + 1, 3 * p - 1):
+            xs = [rng.standard_normal(n) for _ in range(p)]
+            for root in ({0, p - 1} if coll in ROOTED else {0}):
+                res, B, M = simulate(p, lambda t: _case(coll, alg, t, xs, root))
+                for r in range(p):
+                    assert _close(res[r], _expected(coll, p, xs, root, r)), (coll, alg, p, n, root, r)
+                if coll == "exscan":
+                    continue
+                eb, em = costs.traffic(coll, alg, p, n, 8, root)
+                assert np.array_equal(B.sum(axis=1), eb), (coll, alg, p, n, root)
+                assert np.array_equal(M.sum(axis=1), em), (coll, alg, p, n, root)
+
+
+@pytest.mark.parametrize("p", range(1, 9))
+def test_ring_allreduce_moves_exactly_2_p_minus_1_n_itemsize(p):
+    for n in (1, 7, 10, 33):
+        for dtype in (np.float32, np.float64, np.int16):
+            xs = [np.arange(n, dtype=dtype) * (r + 1) for r in range(p)]
+            res, B, M = simulate(p, lambda t: ALGORITHMS["allreduce"]["ring"](t, xs[t.rank], SUM))
+            assert B.sum() == 2 * (p - 1) * n * np.dtype(dtype).itemsize
+            assert (M.sum(axis=1) == 2 * (p - 1)).all()
+            assert np.array_equal(res[0], np.sum(xs, axis=0, dtype=dtype))
+
+
+@settings(max_examples=25, deadline=None)
+@given(p=st.integers(1, 8), n=st.integers(0, 40), dtype=st.sampled_from(["float32", "float64", "int32", "int64"]),
+       alg=st.sampled_from(sorted(ALGORITHMS["allreduce"])), seed=st.integers(0, 2**16))
+def test_sim_allreduce_property(p, n, dtype, alg, seed):
+    rng = np.random.default_rng(seed)
+    xs = [(rng.standard_normal(n) * 100).astype(dtype) for _ in range(p)]
+    for op, ref in ((SUM, lambda a: np.sum(a, axis=0, dtype=dtype)), (MAX, lambda a: np.max(a, axis=0)),
+                    (MIN, lambda a: np.min(a, axis=0))):
+        res, B, M = simulate(p, lambda t: ALGORITHMS["allreduce"][alg](t, xs[t.rank], op))
+        want = ref(np.stack(xs)) if n else np.zeros(0, dtype)
+        tol = 1e-4 if dtype == "float32" else 1e-9
+        for r in range(p):
+            assert res[r].dtype == np.dtype(dtype)
+            assert np.allclose(res[r], want, rtol=tol, atol=tol * 100)
+        eb, em = costs.traffic("allreduce", alg, p, n, np.dtype(dtype).itemsize)
+        assert np.array_equal(B.sum(axis=1), eb) and np.array_equal(M.sum(axis=1), em)
+
+
+def test_order_preserving_algorithms_accept_non_commutative_ops():
+    # string concatenation is associative, not commutative: the result shows the order
+    cat = Op(lambda a, b: a + b, commute=False)
+    for p in range(1, 8):
+        words = [chr(65 + r) for r in range(p)]
+        for alg in ("recursive_doubling", "reduce_bcast"):
+            res, _, _ = simulate(p, lambda t: ALGORITHMS["allreduce"][alg](t, words[t.rank], cat))
+            assert res == ["".join(words)] * p
+        for alg in ("binomial", "flat"):
+            for root in range(p):
+                res, _, _ = simulate(p, lambda t: ALGORITHMS["reduce"][alg](t, words[t.rank], cat, root))
+                assert res[root] == "".join(words)
+        res, _, _ = simulate(p, lambda t: ALGORITHMS["scan"]["recursive_doubling"](t, words[t.rank], cat))
+        assert res == ["".join(words[:r + 1]) for r in range(p)]
+    with pytest.raises(RuntimeError, match="commutative"):
+        simulate(3, lambda t: ALGORITHMS["allreduce"]["ring"](t, np.ones(3), cat))
+
+
+def test_scatter_gather_classification_follows_the_seed():
+    assert classify_scatter_gather([0], range(4), 8, 8) == "broadcast"
+    assert classify_scatter_gather([0], range(4), 2, 8) == "scatter"
+    assert classify_scatter_gather(range(4), [0], 8, 8) == "gather"
+    assert classify_scatter_gather(range(4), range(4), 8, 8) == "allgather"
+    assert classify_scatter_gather(range(4), range(4), 2, 8) == "alltoall"
+
+
+def test_cost_model_crossover_tree_small_ring_large():
+    m = costs.CostModel(alpha=50e-6, beta=1e-9, gamma=0.2e-9)
+    p = 8
+    small = {a: costs.predict("allreduce", a, p, 64, m) for a in ALGORITHMS["allreduce"]}
+    large = {a: costs.predict("allreduce", a, p, 64e6, m) for a in ALGORITHMS["allreduce"]}
+    assert min(small, key=small.get) == "recursive_doubling"
+    assert min(large, key=large.get) in ("ring", "rabenseifner")
+    assert large["ring"] < large["recursive_doubling"] / 1.5     # 2(p-1)/p vs lg p bytes
+    # ring allreduce formula, term by term
+    n = 1e6
+    assert costs.predict("allreduce", "ring", p, n, m) == pytest.approx(
+        2 * (p - 1) * m.alpha + 2 * (p - 1) / p * n * m.beta + (p - 1) / p * n * m.gamma)
+    assert costs.predict("bcast", "binomial", 5, n, m) == pytest.approx(3 * (m.alpha + n * m.beta))
+    with pytest.raises(ValueError, match="no formula"):
+        costs.predict("allreduce", "magic", 4, 1, m)
+
+
+# -- real processes ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cluster5():
+    with cl.Cluster(5) as c:
+        yield c
+
+
+def _all_algorithms_on_comm(comm, n):
+    """Every collective and algorithm through the communicator; returns, per call, the
+    result and the bytes/messages this rank sent during it (from the runtime's counters)."""
+    rng = np.random.default_rng(7)
+    p, r = comm.size, comm.rank
+    xs = [rng.standard_normal(n) for _ in range(p)]
+    out = []
+    for coll in ALGORITHMS:
+        for alg in ALGORITHMS[coll]:
+            for root in ((0, p - 1) if coll in ROOTED else (0,)):
+                b0, m0 = comm.stats.bytes[r].sum(), comm.stats.messages[r].sum()
+                x = xs[r]
+                if coll == "barrier":
+                    res = comm.barrier_with(alg)
+                elif coll == "bcast":
+                    res = comm.bcast(xs[root] if r == root else None, root=root, algorithm=alg)
+                elif coll == "scatter":
+                    res = comm.scatter(np.stack(xs) if r == root else None, root=root, algorithm=alg)
+                elif coll == "gather":
+                    res = comm.gather(x, root=root, algorithm=alg)
+                elif coll == "allgather":
+                    res = comm.allgather(x, algorithm=alg)
+                elif coll == "alltoall":
+                    res = comm.alltoall([x + j for j in range(p)], algorithm=alg)
+                elif coll == "reduce":
+                    res = comm.reduce(x, op=SUM, root=root, algorithm=alg)
+                else:
+                    res = getattr(comm, coll)(x, op=SUM, algorithm=alg)
+                out.append((coll, alg, root, res, int(comm.stats.bytes[r].sum() - b0),
+                            int(comm.stats.messages[r].sum() - m0)))
+    return xs, out
+
+
+def test_real_processes_every_algorithm_and_exact_bytes(cluster5):
+    p, n = 5, 13                                        # p not a power of two, n not a multiple of p
+    res = cluster5.run(_all_algorithms_on_comm, n)
+    xs = res[0][0]
+    per_call = {}
+    for r in range(p):
+        for coll, alg, root, got, nbytes, nmsgs in res[r][1]:
+            assert _close(got, _expected(coll, p, xs, root, r)), (coll, alg, root, r)
+            per_call.setdefault((coll, alg, root), ([0] * p, [0] * p))
+            per_call[(coll, alg, root)][0][r] = nbytes
+            per_call[(coll, alg, root)][1][r] = nmsgs
+    for (coll, alg, root), (nb, nm) in per_call.items():
+        if coll == "exscan":
+            continue
+        eb, em = costs.traffic(coll, alg, p, n, 8, root)
+        assert list(eb) == nb, (coll, alg, root, nb, list(eb))
+        assert list(em) == nm, (coll, alg, root, nm, list(em))
+
+
+def _mpi4py_semantics(comm):
+    p, r = comm.size, comm.rank
+    out = {}
+    out["bcast"] = [comm.bcast({"root": root, "list": [1, 2.5, "x", None]} if r == root else None, root=root)
+                    for root in range(p)]
+    out["scatter"] = [comm.scatter([(i, "item") for i in range(p)] if r == root else None, root=root)
+                      for root in range(p)]
+    out["gather"] = [comm.gather(r * 1.5, root=root) for root in range(p)]
+    out["allgather"] = comm.allgather(("r", r))
+    out["alltoall"] = comm.alltoall([f"{r}->{j}" for j in range(p)])
+    out["reduce"] = [comm.reduce(r + 1, op=PROD, root=root) for root in range(p)]
+    out["allreduce"] = [comm.allreduce(r, op=op) for op in (SUM, PROD, MAX, MIN)]
+    out["allreduce_float"] = comm.allreduce(float(r) / 3)
+    out["mean"] = comm.allreduce(np.full(3, float(r)), op=MEAN)
+    out["maxloc"] = comm.allreduce((-(r - 2) ** 2, r), op=MAXLOC)
+    out["minloc"] = comm.allreduce((r % 2, r), op=MINLOC)
+    out["user"] = comm.allreduce({r}, op=Op.Create(lambda a, b: a | b, commute=True))
+    out["scan"] = comm.scan(r + 1)
+    out["exscan"] = comm.exscan(r + 1)
+    out["strings"] = comm.allreduce(str(r), op=lambda a, b: a + b)      # user function, in rank order
+    errors = []
+    for bad in (p, -1, "0"):
+        try:
+            comm.bcast(1, root=bad)
+        except ValueError as e:
+            errors.append(str(e))
+    out["errors"] = errors
+    return out
+
+
+def test_mpi4py_lowercase_semantics(cluster5):
+    p = 5
+    res = cluster5.run(_mpi4py_semantics)
+    for r, o in enumerate(res):
+        assert o["bcast"] == [{"root": root, "list": [1, 2.5, "x", None]} for root in range(p)]
+        assert o["scatter"] == [(r, "item")] * p
+        assert o["gather"] == [[i * 1.5 for i in range(p)] if r == root else None for root in range(p)]
+        assert o["allgather"] == [("r", i) for i in range(p)]
+        assert o["alltoall"] == [f"{i}->{r}" for i in range(p)]
+        assert o["reduce"] == [120 if r == root else None for root in range(p)]
+        assert o["allreduce"] == [10, 0, 4, 0]
+        assert o["allreduce_float"] == pytest.approx(10 / 3)
+        assert np.array_equal(o["mean"], np.full(3, 2.0))
+        assert o["maxloc"] == (0, 2)
+        assert o["minloc"] == (0, 0)
+        assert o["user"] == set(range(p))
+        assert o["scan"] == sum(range(1, r + 2))
+        assert o["exscan"] == (None if r == 0 else sum(range(1, r + 1)))
+        assert o["strings"] == "01234"
+        assert len(o["errors"]) == 3 and all("root" in e for e in o["errors"])
+
+
+def _mismatch_shape(comm):
+    return comm.allreduce(np.zeros(4 if comm.rank == 2 else 5, np.float32), algorithm="ring")
+
+
+def _mismatch_dtype(comm):
+    return comm.allreduce(np.zeros(4, np.float32 if comm.rank else np.float64), algorithm="recursive_doubling")
+
+
+def _mismatch_collective(comm):
+    if comm.rank == 1:
+        return comm.bcast(np.ones(3), root=1)
+    return comm.allreduce(np.ones(3))
+
+
+def _mismatch_silent(comm):
+    # each side only receives: without the signature check this would hang
+    comm.check_collectives = True
+    if comm.rank == 0:
+        return comm.bcast(None, root=1)
+    return comm.gather(comm.rank, root=1)
+
+
+@pytest.mark.parametrize("fn,words", [
+    (_mismatch_shape, ["shape=(4,)", "shape=(5,)", "rank 2"]),
+    (_mismatch_dtype, ["float32", "float64", "rank 0"]),
+    (_mismatch_collective, ["bcast", "allreduce", "rank 1"]),
+    (_mismatch_silent, ["bcast", "gather", "rank 0", "rank 1"]),
+])
+def test_misuse_raises_naming_ranks_and_arguments(cluster5, fn, words):
+    with pytest.raises(cl.WorkerError) as info:
+        cluster5.run(fn, timeout=20)
+    msg = str(info.value)
+    assert "CollectiveMismatch" in msg or "collective" in msg.lower()
+    for w in words:
+        assert w in msg, (w, msg[:500])
+
+
+def _groups(comm):
+    r = comm.rank
+    sub = comm.Split(color=r % 2, key=-r)                 # reversed order inside each colour
+    none = comm.Split(color=cl.collectives.UNDEFINED if r == 0 else 1)
+    world = comm.Get_group()
+    low, odd = world.Incl([0, 1, 2]), world.Incl([1, 3])
+    union, inter = Group.Union(low, odd), Group.Intersection(low, odd)
+    gu = comm.Create_group(union)
+    out = {
+        "split": (sub.rank, sub.size, sub.allreduce(r), sub.allgather(r),
+                  sub.bcast(r if sub.rank == 0 else None), sub.reduce(r, root=sub.size - 1)),
+        "undefined": None if none is None else (none.rank, none.size, none.allreduce(1)),
+        "union": (union.members, None if gu is None else (gu.rank, gu.allreduce(r))),
+        "inter": inter.members,
+    }
+    if sub.size > 1:                                     # point-to-point inside the group
+        peer = (sub.rank + 1) % sub.size
+        out["p2p"] = sub.sendrecv(r, dest=peer, source=(sub.rank - 1) % sub.size)
+    sub.barrier()
+    out["after"] = comm.allreduce(1)                     # the world still works afterwards
+    return out
+
+
+def test_split_and_groups(cluster5):
+    res = cluster5.run(_groups)
+    evens, odds = [4, 2, 0], [3, 1]
+    for r, o in enumerate(res):
+        members = evens if r % 2 == 0 else odds
+        k = members.index(r)
+        srank, ssize, ssum, sall, sb, sred = o["split"]
+        assert (srank, ssize, ssum, sall, sb) == (k, len(members), sum(members), members, members[0])
+        assert sred == (sum(members) if k == len(members) - 1 else None)
+        assert o["undefined"] == (None if r == 0 else (r - 1, 4, 4))
+        assert o["union"][0] == (0, 1, 2, 3)
+        assert o["union"][1] == ((r, 6) if r < 4 else None)
+        assert o["inter"] == (1,)
+        assert o["p2p"] == members[(k - 1) % len(members)]
+        assert o["after"] == 5
+
+
+def _scatter_gather(comm):
+    p, r = comm.size, comm.rank
+    buf = np.arange(p * 2.0) + 100 * r
+    return {
+        "broadcast": comm.scatter_gather(buf, [1], range(p), 2 * p, 2 * p),
+        "scatter": comm.scatter_gather(buf, [1], range(p), 2, 2 * p),
+        "gather": comm.scatter_gather(buf, range(p), [2], 2 * p, 2 * p),
+        "allgather": comm.scatter_gather(buf, range(p), range(p), 2 * p, 2 * p),
+        "alltoall": comm.scatter_gather(buf, range(p), range(p), 2, 2 * p),
+        "partial": comm.scatter_gather(buf[:4], [0, 1], [3, 4], 2, 4),
+    }
+
+
+def test_scatter_gather_is_each_collective(cluster5):
+    p = 5
+    res = cluster5.run(_scatter_gather)
+    bufs = [np.arange(p * 2.0) + 100 * r for r in range(p)]
+    for r, o in enumerate(res):
+        assert np.array_equal(o["broadcast"], bufs[1])
+        assert np.array_equal(o["scatter"], bufs[1][2 * r:2 * r + 2])
+        assert _close(o["gather"], bufs if r == 2 else None)
+        assert _close(o["allgather"], bufs)
+        assert _close(o["alltoall"], [b[2 * r:2 * r + 2] for b in bufs])
+        want = [bufs[s][:4][2 * (r - 3):2 * (r - 3) + 2] for s in (0, 1)] if r >= 3 else None
+        assert _close(o["partial"], want)
+
+
+def _shm_and_fp16(comm, n):
+    rng = np.random.default_rng(comm.rank)
+    x = rng.standard_normal(n).astype(np.float32)
+    r = comm.rank
+    b0 = comm.stats.bytes[r].sum()
+    s = [comm.allreduce_shm(x) for _ in range(3)]
+    b1 = comm.stats.bytes[r].sum()
+    full = comm.allreduce(x, algorithm="ring")
+    b2 = comm.stats.bytes[r].sum()
+    half = comm.allreduce(x, algorithm="ring", wire_dtype=np.float16)
+    b3 = comm.stats.bytes[r].sum()
+    return x, s, full, half, int(b1 - b0), int(b2 - b1), int(b3 - b2), sorted(os.listdir("/dev/shm"))
+
+
+def test_shared_memory_allreduce_and_float16_halves_bytes(cluster5):
+    before = set(cl.shm.list_segments())
+    n = 1001
+    res = cluster5.run(_shm_and_fp16, n)
+    xs = [o[0] for o in res]
+    want = np.sum(np.stack(xs).astype(np.float64), axis=0)
+    for o in res:
+        for s in o[1]:
+            assert np.allclose(s, want, atol=1e-5)
+        assert np.allclose(o[2], want, atol=1e-5)
+        assert np.allclose(o[3], want, atol=0.05)          # float16: about 3 significant digits
+        assert not np.allclose(o[3], want, atol=1e-5)      # ... and it shows
+    full_total = sum(o[5] for o in res)
+    half_total = sum(o[6] for o in res)
+    assert full_total == 2 * (5 - 1) * n * 4
+    assert half_total * 2 == full_total                    # float16 halves the bytes
+    shm_bytes = [o[4] for o in res]
+    # only the segment's name travelled (a binomial bcast of ~36 bytes, 3 times), never the data
+    assert max(shm_bytes) < 4 * n and shm_bytes[1] + shm_bytes[3] + shm_bytes[4] == 0
+    assert set(cl.shm.list_segments()) - before == set()    # nothing leaked
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 30),
+                                st.sampled_from(["float32", "float64", "int64"]),
+                                st.sampled_from(sorted(ALGORITHMS["allreduce"])),
+                                st.sampled_from(sorted(ALGORITHMS["allgather"]))), min_size=4, max_size=8))
+def test_real_processes_property(cluster5, cases):
+    """Hypothesis draws (p, n, dtype, algorithms); one cluster.run checks them all on
+    sub-communicators of size p (Split), results against numpy, bytes against traffic()."""
+    res = cluster5.run(_property_body, cases)
+    for i, (p, n, dtype, alg, agalg) in enumerate(cases):
+        xs = [_prop_data(r, n, dtype, i) for r in range(p)]
+        want = np.sum(np.stack(xs), axis=0)
+        nbytes = [0] * p
+        for r in range(p):
+            got, gathered, nb = res[r][i]
+            assert np.allclose(got, want, rtol=1e-5) and got.dtype == np.dtype(dtype)
+            assert _close(gathered, xs)
+            nbytes[r] = nb
+        eb, _ = costs.traffic("allreduce", alg, p, n, np.dtype(dtype).itemsize)
+        assert nbytes == list(eb), (p, n, dtype, alg)
+        assert all(res[r][i] is None for r in range(p, 5))
+
+
+def _prop_data(r, n, dtype, i):
+    return (np.random.default_rng(1000 * i + r).standard_normal(n) * 50).astype(dtype)
+
+
+def _property_body(comm, cases):
+    out = []
+    for i, (p, n, dtype, alg, agalg) in enumerate(cases):
+        sub = comm.Split(0 if comm.rank < p else cl.collectives.UNDEFINED)
+        if sub is None:
+            out.append(None)
+            continue
+        x = _prop_data(sub.rank, n, dtype, i)
+        b0 = comm.stats.bytes[comm.rank].sum()
+        got = sub.allreduce(x, algorithm=alg)
+        nb = int(comm.stats.bytes[comm.rank].sum() - b0)
+        out.append((got, sub.allgather(x, algorithm=agalg), nb))
+    return out
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_start_methods(start_method):
+    def body(comm):
+        x = np.arange(6.0) * (comm.rank + 1)
+        return comm.allreduce(x, algorithm="ring"), comm.bcast(comm.rank + 10, root=2)
+    with cl.Cluster(3, start_method=start_method) as c:
+        res = c.run(body)
+    for got, b in res:
+        assert np.array_equal(got, np.arange(6.0) * 6) and b == 12
+
+
+def test_measure_alpha_beta_gamma(cluster5):
+    m = costs.measure(cluster5, sizes=(0, 1 << 12, 1 << 16, 1 << 18), repeats=2)
+    assert m.alpha > 0 and m.beta > 0 and m.gamma > 0
+    assert 1e-10 < m.beta < 1e-6                                # between 1 MB/s and 10 GB/s
+    net = cl.Network(latency=1e-3, bandwidth=1e6)
+    e = costs.CostModel.from_network(net)
+    assert (e.alpha, e.beta) == (1e-3, 1e-6)
+
+
+def test_chunking_matches_array_split():
+    for n in range(0, 20):
+        for p in range(1, 9):
+            assert chunk_sizes(n, p) == [len(c) for c in np.array_split(np.zeros(n), p)]

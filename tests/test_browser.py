@@ -1,0 +1,210 @@
+"""The course as students meet it: every notebook in a real JupyterLab, in headless Chromium.
+
+For each notebook in notebooks/: open it on a reset workspace, wait for an idle kernel, Run All
+from the menu, and check that every cell ran with no error output, that every widget the
+kernel displayed is rendered in the page, and that moving the first slider changes an output.
+A screenshot of each notebook is saved to artifacts/browser/<name>.png.
+
+A second test checks that worker logs reach the cell while a run is still going.
+
+Needs Debian's Chromium at /usr/bin/chromium and the playwright package (never `playwright
+install`); skips with the reason otherwise. Run only these with `pytest -m browser`.
+Set COURSE_BROWSER_NOTEBOOKS to a folder to test other notebooks than notebooks/.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+try:  # tests/ may or may not be a package
+    from .browser import lab
+except ImportError:
+    from browser import lab
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = Path(os.environ.get("COURSE_BROWSER_NOTEBOOKS", REPO / "notebooks"))
+ARTIFACTS = REPO / "artifacts" / "browser"
+
+OPEN_TIMEOUT = 60.0  # page load + kernel start on a busy 2-core machine
+RUN_TIMEOUT = 90.0   # a lesson executes in < 60 s headless
+SLIDER_TIMEOUT = 30.0
+
+pytestmark = [pytest.mark.browser]
+
+
+def _notebooks():
+    found = sorted(NOTEBOOKS.glob("*.ipynb")) if NOTEBOOKS.is_dir() else []
+    if not found:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"no notebooks in {NOTEBOOKS}"))]
+    return [pytest.param(p, id=p.stem) for p in found]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    reason = lab.browser_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    with lab.chromium() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def server(browser):
+    folder = NOTEBOOKS if NOTEBOOKS.is_dir() else None
+    if folder is None:
+        pytest.skip(f"no notebooks folder at {NOTEBOOKS}")
+    with lab.LabServer(folder, repo=REPO) as srv:
+        yield srv
+
+
+@pytest.fixture
+def clean_kernels(server):
+    yield
+    server.shutdown_kernels()  # free the cores (and the workers) for the next notebook
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("notebook", _notebooks())
+def test_notebook_in_jupyterlab(notebook, browser, server, clean_kernels):
+    t0 = time.monotonic()
+    page = lab.NotebookPage(browser, server, f"notebooks/{notebook.name}")
+    try:
+        page.open(timeout=OPEN_TIMEOUT)
+        page.run_all()
+        state = page.wait_finished(timeout=RUN_TIMEOUT)
+        errors = lab.cell_errors(state)
+        assert not errors, f"{notebook.name}: cells failed in JupyterLab:\n" + "\n\n".join(errors)
+
+        state = page.wait_widgets_rendered()
+        problems = lab.widget_problems(state)
+        assert not problems, f"{notebook.name}: widgets not rendered:\n" + "\n".join(problems)
+        n_widgets = sum(c["widgetOutputs"] for c in state["cells"] if c["type"] == "code")
+        assert n_widgets > 0, f"{notebook.name}: no widget rendered; every lesson has at least one"
+
+        moved = page.move_slider(timeout=SLIDER_TIMEOUT)
+        assert moved["after"] != moved["before"], (
+            f"{notebook.name}: the slider {moved['slider']['label']!r} in cell {moved['slider']['cell']} "
+            f"did not move ({moved['before']})")
+        assert moved["changed"], (
+            f"{notebook.name}: moving the slider {moved['slider']['label']!r} in cell "
+            f"{moved['slider']['cell']} from {moved['before']} to {moved['after']} changed no output "
+            f"within {SLIDER_TIMEOUT:.0f} s")
+        # the move ran code in the kernel; it must not have raised either
+        errors = lab.cell_errors(page.state())
+        assert not errors, f"{notebook.name}: errors after moving the slider:\n" + "\n\n".join(errors)
+    finally:
+        page.screenshot(ARTIFACTS / f"{notebook.stem}.png")
+        page.close()
+    elapsed = time.monotonic() - t0
+    print(f"{notebook.name}: {elapsed:.1f} s in the browser, slider {moved['before']} -> {moved['after']} "
+          f"by {moved['method']}, changed outputs {moved['changed']}")
+
+
+LIVE_LOG_CELL = '''\
+import time
+import course_lib as cl
+
+def chatty(comm):
+    for i in range(6):
+        comm.logger.info("live tick %d", i)
+        print(f"live print {i}", flush=True)
+        time.sleep(0.5)
+    return comm.rank
+
+with cl.Cluster(2) as cluster:
+    res = cluster.run(chatty)
+print("run finished", list(res))
+'''
+
+
+@pytest.mark.timeout(180)
+def test_worker_logs_show_while_the_cell_runs(browser, server, clean_kernels):
+    """A worker's log lines appear in the cell output before the cell has finished."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(LIVE_LOG_CELL)]
+    path = server.add_notebook("scratch/live_logs.ipynb", nb)
+    page = lab.NotebookPage(browser, server, path)
+    t_open = time.monotonic()
+    try:
+        page.open(timeout=OPEN_TIMEOUT)
+        t_open = time.monotonic() - t_open
+        page.run_all()
+        t0 = time.monotonic()
+        seen_running = None  # (seconds after Run, text) of the first worker line seen while [*]
+        started = False
+        while time.monotonic() - t0 < 90:
+            state = page.state()
+            prompt = state["cells"][0]["prompt"]
+            running = prompt.startswith("[*]")
+            started = started or running
+            text = page.cell_output_text(0)
+            if running and seen_running is None and re.search(r"live (tick|print) \d", text):
+                # the first worker line is on screen while the cell still runs
+                seen_running = (time.monotonic() - t0, text)
+            if started and not running and state["kernel"] == "idle":
+                break
+            page.page.wait_for_timeout(150)
+        finished_after = time.monotonic() - t0
+        final = page.cell_output_text(0)
+        errors = lab.cell_errors(page.state())
+        assert not errors, "the live-log cell failed:\n" + "\n\n".join(errors)
+        assert "run finished [0, 1]" in final, final[-2000:]
+        assert seen_running is not None, (
+            "no worker log line was visible while the cell was running; they appeared only at the end:\n"
+            + final[-2000:])
+        # ...and it came early: the last lines had not been logged yet (streamed, not flushed at the end)
+        assert "live tick 5" not in seen_running[1] and "run finished" not in seen_running[1], seen_running
+        # every line of both ranks arrives, tagged with its rank
+        for rank in (0, 1):
+            for i in range(6):
+                assert re.search(rf"\[rank {rank}\].*live tick {i}", final), f"rank {rank} tick {i} missing"
+                assert re.search(rf"live print {i}", final), f"print {i} missing"
+        assert "[rank 0]" in final and "[rank 1]" in final
+        print(f"notebook open + kernel idle in {t_open:.1f} s; after Run All: first worker line visible "
+              f"at {seen_running[0]:.1f} s, cell finished at {finished_after:.1f} s")
+    finally:
+        page.screenshot(ARTIFACTS / "live_worker_logs.png")
+        page.close()
+
+
+BROKEN_CELLS = [
+    # a widget view whose model does not exist: the page shows "Error displaying widget"
+    'from IPython.display import display\n'
+    'display({"application/vnd.jupyter.widget-view+json": {"model_id": "0" * 32, "version_major": 2,\n'
+    '         "version_minor": 0}, "text/plain": "a broken widget"}, raw=True)',
+    # a slider wired to nothing: moving it changes no output
+    'import ipywidgets as widgets\nwidgets.IntSlider(value=3, min=0, max=9, description="idle")',
+    '1 / 0',
+    'print("never runs")',
+]
+
+
+@pytest.mark.timeout(120)
+def test_the_checks_catch_broken_notebooks(browser, server, clean_kernels):
+    """The harness itself: an error, an unrendered widget and a dead slider are all reported."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in BROKEN_CELLS]
+    page = lab.NotebookPage(browser, server, server.add_notebook("scratch/broken.ipynb", nb))
+    try:
+        page.open(timeout=OPEN_TIMEOUT)
+        page.run_all()
+        errors = lab.cell_errors(page.wait_finished(timeout=RUN_TIMEOUT))
+        assert len(errors) == 2 and "cell 2 raised ZeroDivisionError" in errors[0], errors
+        assert errors[1].startswith("cell 3 did not run"), errors
+        problems = lab.widget_problems(page.wait_widgets_rendered(timeout=5))
+        assert len(problems) == 1 and problems[0].startswith("cell 0:"), problems
+        moved = page.move_slider(timeout=4)
+        assert moved["slider"]["cell"] == 1 and moved["after"] != moved["before"], moved
+        assert moved["changed"] == [], moved
+    finally:
+        page.close()

@@ -28,6 +28,7 @@ SHM_DIR = "/dev/shm"
 
 _owned: dict[str, shared_memory.SharedMemory] = {}  # segments this process created
 _attached: dict[str, shared_memory.SharedMemory] = {}  # segments this process attached
+_kept_for_views: list = []  # released segments whose memory is still viewed by arrays
 
 
 def _new_name() -> str:
@@ -149,7 +150,9 @@ def _release(name: str) -> None:
     try:
         seg.close()
     except BufferError:
-        pass  # views still exist; the mapping goes when they do, the name goes now
+        # Views still exist: the mapping must outlive them (np.frombuffer holds it), so
+        # keep the object (its __del__ would try to close again); the name goes now.
+        _kept_for_views.append(seg)
     try:
         seg.unlink()
     except FileNotFoundError:

@@ -1,0 +1,71 @@
+"""Probe the machine: how many cores, and how many really run in parallel.
+
+``os.cpu_count()`` tells how many logical CPUs exist; a container, a JupyterHub quota or
+hyper-threading may give you fewer *effective* cores. We measure it: run the same busy
+loop in k processes at once; if each still does its loop in the same time, k cores
+work in parallel. effective_cores = k * t(1) / t(k), maximised over k.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import platform
+import sys
+import time
+
+
+def busy_loop(n: int = 3_000_000) -> float:
+    """Pure-Python arithmetic (no BLAS, no I/O): seconds to run it."""
+    start = time.perf_counter()
+    x = 0
+    for i in range(n):
+        x += i * i % 7
+    return time.perf_counter() - start
+
+
+def _timed_busy(comm, n):
+    comm.barrier()  # start together
+    return busy_loop(n)
+
+
+def logical_cores() -> int:
+    return os.cpu_count() or 1
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (affinity / cgroup cpusets), where the OS tells."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return logical_cores()
+
+
+def effective_parallelism(max_workers: int | None = None, n: int = 2_000_000, start_method=None,
+                          repeats: int = 2) -> dict:
+    """Measure effective cores with real worker processes.
+
+    Returns {"k": [...], "time": [...], "speedup": [...], "effective_cores": float}:
+    time[i] is the slowest worker's loop time with k[i] busy workers, speedup k * t1 / tk.
+    """
+    from .cluster import Cluster
+
+    max_workers = max_workers or min(usable_cores() + 1, 8)
+    ks, times = [], []
+    for k in range(1, max_workers + 1):
+        with Cluster(k, start_method=start_method) as cluster:
+            best = min(max(cluster.run(_timed_busy, n)) for _ in range(repeats))
+        ks.append(k)
+        times.append(best)
+    speedup = [k * times[0] / t for k, t in zip(ks, times)]
+    return {"k": ks, "time": times, "speedup": speedup, "effective_cores": max(speedup)}
+
+
+def describe() -> dict:
+    """What a student should know about the machine before measuring anything."""
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "logical_cores": logical_cores(),
+        "usable_cores": usable_cores(),
+        "default_start_method": mp.get_start_method(allow_none=False),
+        "available_start_methods": mp.get_all_start_methods(),
+    }

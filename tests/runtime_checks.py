@@ -1,0 +1,50 @@
+"""Helpers shared by the runtime tests: leak and orphan checks."""
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+
+from course_lib import shm
+
+# Python's own long-lived helpers are not orphans of ours.
+_HELPERS = ("resource_tracker", "forkserver")
+
+
+def worker_children() -> list[psutil.Process]:
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(p.cmdline())
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        if not any(h in cmd for h in _HELPERS):
+            out.append(p)
+    return out
+
+
+def our_segments(pids=None) -> list[str]:
+    pids = set(pids or []) | {os.getpid()}
+    out = []
+    for name in shm.list_segments():
+        try:
+            pid = int(name[len(shm.PREFIX):].split("_")[0])
+        except ValueError:
+            continue
+        if pid in pids:
+            out.append(name)
+    return out
+
+
+def assert_clean(pids=(), within: float = 3.0) -> None:
+    """No worker process alive and no segment of ours or of ``pids`` left."""
+    deadline = time.time() + within
+    while time.time() < deadline:
+        if not worker_children() and not our_segments(pids):
+            return
+        time.sleep(0.05)
+    assert not worker_children(), f"orphan processes: {[(p.pid, p.cmdline()) for p in worker_children()]}"
+    assert not our_segments(pids), f"leaked segments: {our_segments(pids)}"

@@ -1,0 +1,520 @@
+"""The runtime: real processes, Pipes, shared memory, stats, timeline, failures.
+
+Every behaviour is checked under fork, spawn and forkserver.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import time
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from course_lib import (ANY_SOURCE, Cluster, Fault, Network, PeerLost, SharedArray, Status, WorkerError,
+                        WorkerTimeout)
+from course_lib import shm
+from runtime_checks import assert_clean, our_segments, worker_children
+
+METHODS = ["fork", "spawn", "forkserver"]
+
+
+@pytest.fixture(scope="module", params=METHODS)
+def cluster(request):
+    with Cluster(4, start_method=request.param, timeout=30) as c:
+        yield c
+    assert_clean()
+
+
+# ---------------------------------------------------------------- worker functions
+def whoami(comm, x):
+    return (comm.rank, comm.size, x)
+
+
+def ring_pass(comm, n):
+    """Each rank sends an array to the next and receives from the previous."""
+    a = np.full(n, comm.rank, dtype=np.float32)
+    got = comm.sendrecv(a, (comm.rank + 1) % comm.size, source=(comm.rank - 1) % comm.size)
+    return int(got[0]), got.dtype.str, got.shape
+
+
+def objects_and_status(comm):
+    if comm.rank == 0:
+        out = {}
+        for _ in range(comm.size - 1):
+            st = Status()
+            obj = comm.recv(source=ANY_SOURCE, status=st)
+            out[st.source] = obj
+        return out
+    comm.send({"rank": comm.rank, "data": np.arange(3) * comm.rank, "s": "x" * comm.rank}, 0)
+
+
+def tags_out_of_order(comm):
+    if comm.rank == 0:
+        comm.send("first", 1, tag=1)
+        comm.send("second", 1, tag=2)
+        return None
+    if comm.rank == 1:
+        b = comm.recv(source=0, tag=2)  # the later message first: the earlier one waits in the queue
+        a = comm.recv(source=0, tag=1)
+        return a, b
+
+
+def big_exchange(comm, n):
+    """Both ranks send 8 MB at once: plain send() would fill both Pipes and deadlock."""
+    peer = 1 - comm.rank if comm.rank < 2 else None
+    if peer is None:
+        return None
+    got = comm.sendrecv(np.full(n, comm.rank, dtype=np.float64), peer, source=peer)
+    return float(got.sum())
+
+
+def probe_then_recv(comm):
+    if comm.rank == 1:
+        comm.send(41, 0, tag=7)
+        comm.barrier()
+        return None
+    if comm.rank == 0:
+        comm.barrier()
+        deadline = time.time() + 5
+        while not comm.iprobe(source=1, tag=7):
+            assert time.time() < deadline
+        return comm.recv(source=1, tag=7) + 1
+    comm.barrier()
+
+
+def write_shared(comm, sa):
+    a = sa.array
+    a[comm.rank] = comm.rank + 100  # visible to everyone: no copy
+    comm.barrier()
+    return float(a.sum()), sa.name in shm._owned
+
+
+def traced(comm):
+    with comm.compute("work"):
+        time.sleep(0.05)
+    if comm.rank == 0:
+        comm.send(np.zeros(1000, dtype=np.float64), 1)
+    elif comm.rank == 1:
+        comm.recv(source=0)
+    comm.barrier()
+    return comm.step
+
+
+def send_to(comm, dest):
+    if comm.rank == 0:
+        comm.send(1, dest)
+
+
+def raise_on(comm, rank):
+    if comm.rank == rank:
+        raise ValueError(f"bad value on purpose at rank {rank}")
+    comm.recv(source=rank)  # the others block on the failed rank
+
+
+def hang_on(comm, rank):
+    if comm.rank == rank:
+        time.sleep(600)
+    return comm.rank
+
+
+def compute_steps(comm, steps):
+    for _ in range(steps):
+        with comm.compute():
+            time.sleep(0.01)
+    comm.barrier()
+
+
+def server_survives(comm):
+    if comm.rank == 0:
+        got, lost = [], []
+        for _ in range(comm.size - 1):
+            try:
+                got.append(comm.recv_any()[1])
+            except PeerLost as exc:
+                lost.append(exc.rank)
+        return sorted(got), lost
+    with comm.compute():
+        pass
+    comm.send(comm.rank, 0)
+
+
+def logs(comm):
+    import logging
+
+    logging.getLogger("student").info("hello from the worker")
+    print("printed by", comm.rank)
+
+
+# ---------------------------------------------------------------- basic behaviour
+def test_run_returns_results_by_rank(cluster):
+    res = cluster.run(whoami, "x")
+    assert list(res) == [(r, 4, "x") for r in range(4)]
+    assert res.wall_time > 0
+
+
+def test_lambda_and_closure_are_shipped_by_value(cluster):
+    k = 7
+    assert list(cluster.run(lambda comm: comm.rank * k)) == [0, 7, 14, 21]
+
+
+def test_array_travels_as_raw_bytes_and_is_counted_exactly(cluster):
+    n = 1000
+    res = cluster.run(ring_pass, n)
+    assert [r[0] for r in res] == [3, 0, 1, 2]
+    assert all(r[1] == "<f4" and r[2] == (n,) for r in res)
+    # each rank sent exactly one message of n * 4 bytes, to its successor only
+    expected = np.zeros((4, 4), dtype=np.int64)
+    for r in range(4):
+        expected[r, (r + 1) % 4] = n * 4
+    np.testing.assert_array_equal(res.stats.bytes, expected)
+    np.testing.assert_array_equal(res.stats.messages, (expected > 0).astype(int))
+    assert res.stats.total_bytes == 4 * n * 4
+    assert res.stats.header_bytes.sum() > 0  # framing is counted apart from the payload
+
+
+def test_objects_recv_any_source_and_status(cluster):
+    out = cluster.run(objects_and_status)[0]
+    assert sorted(out) == [1, 2, 3]
+    for r, obj in out.items():
+        assert obj["rank"] == r and obj["s"] == "x" * r
+        np.testing.assert_array_equal(obj["data"], np.arange(3) * r)
+
+
+def test_tags_select_messages(cluster):
+    assert cluster.run(tags_out_of_order)[1] == ("first", "second")
+
+
+def test_large_simultaneous_exchange_does_not_deadlock(cluster):
+    n = 1_000_000  # 8 MB, far beyond a Pipe's buffer
+    res = cluster.run(big_exchange, n)
+    assert res[0] == n * 1.0 and res[1] == 0.0
+    assert res.stats.bytes[0, 1] == res.stats.bytes[1, 0] == n * 8
+
+
+def test_iprobe_is_non_blocking(cluster):
+    assert cluster.run(probe_then_recv)[0] == 42
+
+
+def test_shared_array_is_zero_copy_and_owned_by_the_parent(cluster):
+    sa = cluster.share(np.zeros(4))
+    res = cluster.run(write_shared, sa)
+    assert all(r == (406.0, False) for r in res)  # every rank saw every write; no worker owns it
+    np.testing.assert_array_equal(sa.array, [100, 101, 102, 103])
+    assert res.stats.total_bytes == 0  # the array never went through a Pipe
+
+
+def test_stats_and_timeline(cluster):
+    res = cluster.run(traced)
+    assert list(res) == [1, 1, 1, 1]
+    tl = res.timeline
+    compute = tl.of(kind="compute")
+    assert {e.rank for e in compute} == {0, 1, 2, 3}
+    assert all(e.label == "work" and e.duration >= 0.05 for e in compute)
+    sends = tl.of(rank=0, kind="send")
+    assert len(sends) == 1 and sends[0].peer == 1 and sends[0].nbytes == 8000
+    recvs = tl.of(rank=1, kind="recv")
+    assert len(recvs) == 1 and recvs[0].nbytes == 8000
+    assert res.stats.bytes_sent(0) == 8000 and res.stats.bytes_received(1) == 8000
+    assert all(e.end >= e.start >= 0 for e in tl)
+
+
+def test_worker_logs_reach_the_parent_tagged_with_rank(cluster, capfd):
+    cluster.run(logs)
+    deadline = time.time() + 10  # records travel through a queue thread; a loaded machine is slow
+    text = ""
+    while time.time() < deadline:
+        text += capfd.readouterr().out
+        if all(f"printed by {r}" in text for r in range(4)) and text.count("hello from the worker") == 4:
+            break
+        time.sleep(0.1)
+    for r in range(4):
+        assert f"[rank {r}] INFO hello from the worker" in text
+        assert f"[rank {r}] printed by {r}" in text
+
+
+# ---------------------------------------------------------------- failures
+@pytest.mark.parametrize("start_method", METHODS)
+def test_exception_names_rank_with_traceback_and_stops_everyone(start_method):
+    with Cluster(3, start_method=start_method, timeout=30) as c:
+        pids = c.pids
+        c.run(whoami, 0)  # warm up: the first run imports this module in every worker
+        t = time.perf_counter()
+        with pytest.raises(WorkerError) as info:
+            c.run(raise_on, 2)
+        assert time.perf_counter() - t < 2.0
+        err = info.value
+        assert err.rank == 2 and "ValueError" in str(err) and "bad value on purpose" in str(err)
+        assert "raise_on" in err.remote_traceback  # the worker's own traceback
+        # the cluster recovers: the next run starts fresh workers
+        assert list(c.run(whoami, 1)) == [(r, 3, 1) for r in range(3)]
+    assert_clean(pids)
+
+
+@pytest.mark.parametrize("start_method", METHODS)
+def test_killed_worker_is_reported_not_hung(start_method):
+    with Cluster(3, start_method=start_method, timeout=30) as c:
+        c.run(whoami, 0)  # warm up: the first run imports this module in every worker
+        t = time.perf_counter()
+        with pytest.raises(WorkerError) as info:
+            c.run(compute_steps, 5, faults={1: Fault("kill", step=2)})
+        assert time.perf_counter() - t < 2.0
+        assert info.value.rank == 1 and "SIGKILL" in str(info.value)
+    assert_clean()
+
+
+@pytest.mark.parametrize("start_method", METHODS)
+def test_hang_gives_timeout_naming_the_ranks(start_method):
+    with Cluster(3, start_method=start_method) as c:
+        c.run(whoami, 0)  # warm up: the first run imports this module in every worker
+        t = time.perf_counter()
+        with pytest.raises(WorkerTimeout) as info:
+            c.run(hang_on, 1, timeout=1.0)
+        assert time.perf_counter() - t < 4.0
+        assert info.value.ranks == [1] and "ranks [1]" in str(info.value)
+    assert_clean()
+
+
+@pytest.mark.parametrize("kind", ["raise", "exit"])
+def test_injected_faults(kind):
+    with Cluster(2, start_method="fork") as c:
+        with pytest.raises(WorkerError) as info:
+            c.run(compute_steps, 3, faults={0: (kind, 1)})
+        assert info.value.rank == 0
+        if kind == "raise":
+            assert "InjectedFault" in str(info.value) and "compute step 1" in str(info.value)
+        else:
+            assert info.value.exitcode == 3
+    assert_clean()
+
+
+@pytest.mark.parametrize("start_method", METHODS)
+def test_on_failure_continue_lets_a_server_survive(start_method):
+    with Cluster(4, start_method=start_method, on_failure="continue") as c:
+        res = c.run(server_survives, faults={2: Fault("kill", 0)})
+        assert res[0] == ([1, 3], [2])
+        assert list(res.failures) == [2] and res[2] is None
+    assert_clean()
+
+
+@pytest.mark.parametrize("start_method", METHODS)
+def test_keyboard_interrupt_stops_every_worker(start_method, tmp_path):
+    """A kernel interrupt (SIGINT to the parent) stops all workers and leaks nothing."""
+    script = tmp_path / "interrupt.py"
+    script.write_text(f"""
+import os, signal, threading, time, sys
+import numpy as np
+from course_lib import Cluster
+def work(comm, sa):
+    time.sleep(60)
+if __name__ == "__main__":
+    with Cluster(3, start_method={start_method!r}) as c:
+        sa = c.share(np.zeros(10))
+        print("PIDS", c.pids, sa.name, flush=True)
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            c.run(work, sa)
+        except KeyboardInterrupt:
+            print("INTERRUPTED", flush=True)
+""")
+    import subprocess
+
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert "INTERRUPTED" in out.stdout, out.stdout + out.stderr
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("PIDS")][0]
+    pids = eval(line.split("[", 1)[1].split("]")[0].join("[]"))
+    seg = line.rsplit(" ", 1)[1]
+    import psutil
+
+    time.sleep(0.3)
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert seg not in shm.list_segments()
+
+
+def test_workers_exit_when_the_parent_is_killed(tmp_path):
+    """A Jupyter kernel killed hard must not leave workers running."""
+    script = tmp_path / "parent.py"
+    script.write_text("""
+import time
+from course_lib import Cluster
+if __name__ == "__main__":
+    c = Cluster(3, start_method="spawn")
+    print("PIDS", *c.pids, flush=True)
+    time.sleep(60)
+""")
+    import subprocess
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    pids = [int(p) for p in line.split()[1:]]
+    assert len(pids) == 3
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 5
+    while time.time() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.1)
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"orphans: {alive}"
+
+
+# ---------------------------------------------------------------- topology and scale
+@pytest.mark.parametrize("start_method", METHODS)
+def test_graph_topology_is_physical(start_method):
+    g = nx.cycle_graph(4)
+    with Cluster(4, start_method=start_method, graph=g) as c:
+        assert list(c.run(lambda comm: comm.neighbors)) == [[1, 3], [0, 2], [1, 3], [0, 2]]
+        assert c.run(ring_pass, 10)[0][0] == 3  # ring neighbours can talk
+        with pytest.raises(WorkerError) as info:
+            c.run(send_to, 2)  # 0 and 2 are not neighbours
+        assert "not a neighbour" in str(info.value) and info.value.rank == 0
+        c.run(compute_steps, 1)  # barrier works without a full mesh
+
+
+def test_64_workers_full_mesh_under_a_1024_descriptor_limit(tmp_path):
+    script = tmp_path / "big.py"
+    script.write_text("""
+import resource
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from course_lib import Cluster
+def f(comm):
+    nxt, prv = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    return comm.sendrecv(comm.rank, nxt, source=prv), len(comm.neighbors)
+if __name__ == "__main__":
+    with Cluster(64, start_method="fork") as c:
+        res = c.run(f)
+    print("OK", all(r == ((i - 1) % 64, 63) for i, r in enumerate(res)))
+""")
+    import subprocess
+
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert "OK True" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- emulation
+def one_message(comm, n):
+    """Seconds from the start of the send (rank 0) to the end of the recv (rank 1)."""
+    comm.barrier()
+    if comm.rank == 0:
+        start = comm.now()
+        comm.send(np.zeros(n, dtype=np.uint8), 1)
+        comm.send(start, 1)
+    elif comm.rank == 1:
+        comm.recv(source=0)
+        done = comm.now()
+        return done - comm.recv(source=0)
+
+
+def test_emulated_network_delays_by_latency_plus_size_over_bandwidth():
+    with Cluster(2, start_method="fork") as c:
+        fast = c.run(one_message, 100_000)[1]
+        slow = c.run(one_message, 100_000, network=Network(latency=0.05, bandwidth=1e7))[1]
+    # 0.05 s latency + 100 kB / 10 MB/s = 0.06 s; a lower bound is exact, the upper bound has margin
+    assert slow >= 0.06
+    assert slow < 0.06 + 0.5
+    assert fast < slow / 3
+
+
+def test_per_link_network_settings():
+    net = Network(latency=0.0, links={(0, 1): (0.08, 1e12)})
+    assert net.link(1, 0) == (0.08, 1e12) and net.link(0, 2) == (0.0, float("inf"))
+    with Cluster(3, start_method="fork") as c:
+        assert c.run(one_message, 10, network=net)[1] >= 0.08
+
+
+def test_straggler_is_slower_by_its_factor():
+    with Cluster(2, start_method="fork", slow={1: 4}) as c:
+        res = c.run(compute_steps, 5)
+    t0 = res.timeline.total("compute", rank=0)
+    t1 = res.timeline.total("compute", rank=1)
+    assert 3.0 < t1 / t0 < 6.0
+
+
+# ---------------------------------------------------------------- shared memory
+def test_shared_array_lifecycle_and_sweep():
+    with SharedArray.create((3, 2), np.int32, fill=7) as sa:
+        assert sa.name.startswith("course_") and sa.array.sum() == 42
+        clone = pickle.loads(pickle.dumps(sa))  # what a worker receives: a name, not the data
+        assert clone.name == sa.name and not clone._owner
+        view = clone.array
+        view[0, 0] = 1
+        assert sa.array[0, 0] == 1
+    assert sa.name not in shm.list_segments()
+    # a segment whose creator is dead is swept
+    from multiprocessing import shared_memory
+
+    dead = f"course_{2 ** 22 + 12345}_deadbeef"
+    seg = shared_memory.SharedMemory(name=dead, create=True, size=16)
+    seg.close()
+    from multiprocessing import resource_tracker
+
+    resource_tracker.unregister(seg._name, "shared_memory")
+    assert dead in shm.list_segments()
+    assert dead in shm.sweep()
+    assert dead not in shm.list_segments()
+
+
+def test_release_while_views_exist_does_not_crash():
+    sa = SharedArray.from_array(np.arange(5.0))
+    view = sa.array
+    sa.release()
+    assert sa.name not in shm.list_segments()
+    assert view.sum() == 10.0  # the mapping lives as long as the view (np.frombuffer)
+
+
+# ---------------------------------------------------------------- bad input
+def test_bad_input_is_rejected_clearly():
+    with pytest.raises(ValueError, match="n_workers must be >= 1"):
+        Cluster(0)
+    with pytest.raises(TypeError, match="n_workers must be an int"):
+        Cluster("3")
+    with pytest.raises(ValueError, match="unknown start_method"):
+        Cluster(2, start_method="thread")
+    with pytest.raises(ValueError, match="graph nodes must be exactly the ranks"):
+        Cluster(3, graph=nx.path_graph(4))
+    with pytest.raises(ValueError, match="latency"):
+        Network(latency=-1)
+    with pytest.raises(ValueError, match="bandwidth"):
+        Network(bandwidth=0)
+    with pytest.raises(ValueError, match="slow"):
+        Cluster(2, slow={5: 2})
+    with pytest.raises(ValueError, match="Fault kind"):
+        Fault("explode")
+    with pytest.raises(ValueError, match="COURSE_START_METHOD"):
+        os.environ["COURSE_START_METHOD"] = "bogus"
+        try:
+            Cluster(1)
+        finally:
+            del os.environ["COURSE_START_METHOD"]
+    assert_clean()
+
+
+def test_bad_messages_are_rejected_clearly():
+    def to_self(comm):
+        comm.send(1, comm.rank)
+
+    def bad_tag(comm):
+        if comm.rank == 0:
+            comm.send(1, 1, tag=-3)
+
+    def positional_source(comm):
+        comm.recv(1)
+
+    with Cluster(2, start_method="fork") as c:
+        for fn, text in [(to_self, "itself"), (bad_tag, "tag must be"), (positional_source, "by keyword")]:
+            with pytest.raises(WorkerError, match=text):
+                c.run(fn)
+        with pytest.raises(TypeError, match="needs a function"):
+            c.run(42)
+        with pytest.raises(ValueError, match="timeout"):
+            c.run(whoami, 1, timeout=-1)
+    assert_clean()
+
+
+def test_start_method_from_environment(monkeypatch):
+    monkeypatch.setenv("COURSE_START_METHOD", "spawn")
+    with Cluster(1) as c:
+        assert c.start_method == "spawn"
+        assert c.run(whoami, 0)[0] == (0, 1, 0)

@@ -161,6 +161,37 @@ def test_ring_allreduce_uneven_sizes():
     assert res.stats.total_bytes == mp.allreduce_bytes(p, n)
 
 
+def _scatter_worker(comm, params, A):
+    s = mp.shard_mlp(params, comm.size, comm.rank)
+    a, b = s["cols"]
+    return mp.row_parallel_forward(comm, A[:, a:b], s["W2"], s["b2"], scatter=True)
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_row_parallel_reduce_scatter_gives_row_blocks_for_half_the_bytes(p, net):
+    params, X, T, cache, g = net                 # B = 8 rows: blocks 3,3,2 for p = 3
+    with cl.Cluster(p) as cluster:
+        res = cluster.run(_scatter_worker, params, cache["A"])
+    for Yr, rows in zip(res, np.array_split(np.arange(8), p)):
+        assert maxdiff(Yr, cache["Y"][rows]) < TOL
+    assert res.stats.total_bytes == mp.reduce_scatter_bytes(p, cache["Y"].size) == mp.allreduce_bytes(p, 24) // 2
+
+
+def test_schedule_and_timeline_plots_draw():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from course_lib.model_parallel.plots import plot_schedule, plot_timeline
+    from course_lib.trace import Event
+    sim = mp.simulate("1f1b", 3, 4)
+    ax = plot_schedule(sim)
+    assert len(ax.collections) == 3 * 2 * 4          # one bar per op
+    ev = [Event(s, "compute", a, b, f"{op}{i}") for s, op, i, a, b in sim["events"]]
+    ax = plot_timeline(ev + [Event(0, "recv", 0.0, 1.0, "x")], 3)
+    assert len(ax.collections) == 24
+    plt.close("all")
+
+
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
 def test_pipeline_gradients_equal_serial(p):
     layers = mp.init_deep([5, 8, 7, 6, 3], seed=4)     # 4 layers on p stages

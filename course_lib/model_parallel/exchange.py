@@ -51,22 +51,22 @@ def ring_allgather(comm, block, axis: int = -1):
 
 
 def ring_reduce_scatter(comm, x):
-    """Sum ``x`` over ranks; rank r ends with chunk r of the flattened sum.
+    """Sum ``x`` over ranks; rank r ends with block r of the sum, cut along axis 0.
 
-    Returns ``(chunk, chunks_bounds)``; the flattened sum is cut in p nearly equal
-    chunks with ``np.array_split``. Step k: send our partial sum of chunk r-k-1 to r+1,
-    receive partial chunk r-k-2 from r-1 and add our own contribution.
+    The blocks are ``np.array_split(x, p, axis=0)`` (nearly equal, the first ones one row
+    longer). Step k: send our partial sum of block r-k-1 to r+1, receive partial block
+    r-k-2 from r-1 and add our own contribution; after p-1 steps block r is complete.
     """
     x = np.asarray(x, dtype=np.float64)
     p, r, right, left = _ring(comm)
-    chunks = np.array_split(x.ravel(), p)
+    chunks = np.array_split(x, p, axis=0)
     acc = chunks[(r - 1) % p].copy()
     for k in range(p - 1):
         recv_idx = (r - k - 2) % p
         got = comm.sendrecv(acc, dest=right, source=left,
                             sendtag=TAG_REDUCE_SCATTER, recvtag=TAG_REDUCE_SCATTER)
         acc = got + chunks[recv_idx]
-    # after p-1 steps acc is the full sum of chunk (r - p) % p == r
+    # after p-1 steps acc is the full sum of block (r - p) % p == r
     return acc
 
 
@@ -75,7 +75,7 @@ def ring_allreduce(comm, x):
     x = np.asarray(x, dtype=np.float64)
     if comm.size == 1:
         return x.copy()
-    mine = ring_reduce_scatter(comm, x)
+    mine = ring_reduce_scatter(comm, x.ravel())
     return ring_allgather(comm, mine, axis=0).reshape(x.shape)
 
 

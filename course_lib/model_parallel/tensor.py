@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .exchange import ring_allgather, ring_allreduce
+from .exchange import ring_allgather, ring_allreduce, ring_reduce_scatter
 from .mlp import loss as mse_loss
 
 __all__ = ["split_ranges", "shard_mlp", "column_parallel_forward", "row_parallel_forward",
@@ -64,10 +64,17 @@ def column_parallel_forward(comm, X, W1_shard, b1_shard, gather: bool = False):
     return ring_allgather(comm, A_shard, axis=1) if gather else A_shard
 
 
-def row_parallel_forward(comm, A_shard, W2_shard, b2):
+def row_parallel_forward(comm, A_shard, W2_shard, b2, scatter: bool = False):
     """``Y = sum_r A_r W2_r + b2`` on every worker: local partial product, ring allreduce,
-    then the bias once (adding it before the reduction would count it p times)."""
-    return ring_allreduce(comm, np.asarray(A_shard) @ W2_shard) + b2
+    then the bias once (adding it before the reduction would count it p times).
+
+    With ``scatter=True`` worker r only gets its block of rows of Y (the rows
+    ``np.array_split(range(B), p)[r]``): a reduce-scatter, half the bytes of the allreduce.
+    """
+    partial = np.asarray(A_shard) @ W2_shard
+    if scatter:
+        return ring_reduce_scatter(comm, partial) + b2
+    return ring_allreduce(comm, partial) + b2
 
 
 def row_parallel_backward(comm, A_shard, W2_shard, dY):

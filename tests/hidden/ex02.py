@@ -1,0 +1,38 @@
+"""Lesson 02: instructor-only checks (not shipped with the exercises)."""
+import numpy as np
+
+from course_lib.grading import hidden_check
+from course_lib.questions.ex02 import _summary, assert_merge, assert_rd_allgather, assert_ring_allreduce, assert_time
+
+
+@hidden_check("ex02_1")
+def ragged_and_dtypes(ns):
+    fn = ns["ring_allreduce"]
+    assert_ring_allreduce(fn, 5, 3, dtype=np.int64, seed=11)       # n < p: two chunks are empty
+    assert_ring_allreduce(fn, 3, 7, dtype=np.float32, seed=12)
+    assert_ring_allreduce(fn, 1, 4, seed=13)                        # one worker: nothing to send
+
+
+@hidden_check("ex02_2")
+def other_sizes(ns):
+    assert_rd_allgather(ns["rd_allgather"], 2, (2, 2), dtype=np.float32, seed=14)
+    assert_rd_allgather(ns["rd_allgather"], 8, (5,), dtype=np.int32, seed=15)
+
+
+@hidden_check("ex02_3")
+def empty_shard_and_vectors(ns):
+    fn = ns["merge_stats"]
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((12, 3)) + 5
+    assert_merge(fn, [x[:5], x[5:6], x[6:]], what="shards of 5, 1 and 6 rows: ")
+    empty = (0, np.zeros(3), np.zeros(3))
+    n, mean, m2 = fn(empty, _summary(x))
+    assert int(n) == 12 and np.allclose(mean, x.mean(0)) and np.allclose(m2, _summary(x)[2]), (
+        "merging an empty shard (count 0) must leave the other summary unchanged")
+
+
+@hidden_check("ex02_4")
+def one_worker_and_large_p(ns):
+    fn = ns["ring_allreduce_time"]
+    assert float(fn(1, 1e6, 1e-5, 1e-9, 1e-10)) == 0.0, "one worker communicates nothing: 0 seconds"
+    assert_time(fn, 64, 1e8, 2e-6, 1e-10, 5e-11)

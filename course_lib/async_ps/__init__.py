@@ -1,0 +1,25 @@
+"""Lesson 03: the asynchronous parameter server, staleness, backup workers and Hogwild!.
+
+* :mod:`.server`: rank 0 serves, the other ranks push gradients; staleness of every gradient.
+* :mod:`.experiment`: ``train_async(X, y, ...)`` runs it on real processes -> :class:`PSResult`.
+* :mod:`.theory`: backup-worker wait ``mu (H_{N+b} - H_b)`` and its Monte Carlo check.
+* :mod:`.hogwild`: lock-free SGD on a shared-memory vector, a locked variant, a serial baseline.
+* :mod:`.problems`: data, losses, serial SGD baselines, the sparsity statistics of Hogwild!.
+"""
+from .experiment import PSResult, train_async
+from .hogwild import HogwildResult, hogwild_worker, locked_worker, run_hogwild, run_serial
+from .problems import (SparseProblem, gradient, loss, make_least_squares, make_sparse_problem,
+                       sample_order, serial_sgd, serial_sparse_sgd, shards, sparse_loss,
+                       sparsity_stats)
+from .server import (POLICIES, Record, ServerState, apply_update, constant_lr, run_ps,
+                     staleness_aware_lr)
+from .theory import expected_backup_wait, harmonic, simulate_backup_wait
+
+__all__ = [
+    "PSResult", "train_async", "HogwildResult", "hogwild_worker", "locked_worker",
+    "run_hogwild", "run_serial", "SparseProblem", "gradient", "loss", "make_least_squares",
+    "make_sparse_problem", "sample_order", "serial_sgd", "serial_sparse_sgd", "shards",
+    "sparse_loss", "sparsity_stats", "POLICIES", "Record", "ServerState", "apply_update",
+    "constant_lr", "run_ps", "staleness_aware_lr", "expected_backup_wait", "harmonic",
+    "simulate_backup_wait",
+]

@@ -1,0 +1,138 @@
+"""One call to train with the parameter server on real processes, and what it returns."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import networkx as nx
+
+import numpy as np
+
+from .server import POLICIES, apply_update, run_ps
+
+_RECORD_FIELDS = ("worker", "version", "staleness", "time", "applied", "lr")
+
+
+@dataclass
+class PSResult:
+    """Everything a parameter-server run measured.
+
+    ``records``: dict of arrays, one entry per gradient that reached the server
+    (``worker, version, staleness, time, applied, lr``); ``losses``: arrays ``time``,
+    ``version``, ``loss``; ``waits``: seconds each synchronous round waited;
+    ``dead``: workers the server saw die; ``run``: the cluster's RunResult (timeline, stats).
+    """
+
+    w: np.ndarray
+    version: int
+    records: dict
+    losses: dict
+    waits: np.ndarray
+    dead: list
+    reassigned: list
+    policy: str
+    n_workers: int
+    wall_time: float
+    run: object = None
+
+    def staleness_of(self, worker: int, applied_only: bool = False) -> np.ndarray:
+        m = self.records["worker"] == worker
+        if applied_only:
+            m &= self.records["applied"]
+        return self.records["staleness"][m]
+
+    def mean_staleness(self) -> dict:
+        """{worker: mean staleness of its gradients} (workers with no gradient left out)."""
+        out = {}
+        for r in range(1, self.n_workers + 1):
+            s = self.staleness_of(r)
+            if len(s):
+                out[r] = float(s.mean())
+        return out
+
+    @property
+    def final_loss(self) -> float:
+        return float(self.losses["loss"][-1])
+
+    @property
+    def n_dropped(self) -> int:
+        return int((~self.records["applied"]).sum())
+
+
+def _records(rows) -> dict:
+    if not rows:
+        return {"worker": np.zeros(0, int), "version": np.zeros(0, int),
+                "staleness": np.zeros(0, int), "time": np.zeros(0),
+                "applied": np.zeros(0, bool), "lr": np.zeros(0)}
+    cols = list(zip(*rows))
+    dtypes = (np.int64, np.int64, np.int64, np.float64, bool, np.float64)
+    return {k: np.asarray(c, dtype=t) for k, c, t in zip(_RECORD_FIELDS, cols, dtypes)}
+
+
+def train_async(X, y, n_workers: int = 3, n_updates: int = 200, lr: float = 0.05,
+                policy: str = "async", max_staleness: int | None = None, n_backup: int = 0,
+                batch_size: int = 16, seed: int = 0, compute_time: float = 0.0,
+                compute_dist: str = "fixed", slow=None, faults=None, cluster=None,
+                start_method=None, apply=apply_update, step_size=None, loss_every: int = 1,
+                timeout: float = 60.0) -> PSResult:
+    """Train least squares on ``X, y`` with a parameter server and ``n_workers`` workers.
+
+    Runs on ``cluster`` (size must be ``n_workers + 1``) or on a fresh
+    ``Cluster(n_workers + 1)``. Ranks in ``slow`` / ``faults`` are cluster ranks, so
+    workers are 1..n_workers (rank 0 is the server). With ``faults`` the run continues
+    past a dead worker (``on_failure="continue"``).
+    """
+    import course_lib as cl
+
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    if policy == "drop" and (max_staleness is None or max_staleness < 0):
+        raise ValueError("policy='drop' needs max_staleness >= 0")
+    if compute_dist not in ("fixed", "exp"):
+        raise ValueError(f"compute_dist must be 'fixed' or 'exp', got {compute_dist!r}")
+    if n_workers < 1:
+        raise ValueError(f"need at least one worker, got n_workers={n_workers}")
+    if policy == "sync" and not 0 <= n_backup < n_workers:
+        raise ValueError(f"need 0 <= n_backup < n_workers, got n_backup={n_backup}")
+    if n_updates < 1 or lr <= 0 or batch_size < 1:
+        raise ValueError("need n_updates >= 1, lr > 0 and batch_size >= 1")
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    if X.ndim != 2 or y.shape != (X.shape[0],):
+        raise ValueError(f"X must be (n, d) and y (n,), got {X.shape} and {y.shape}")
+    if len(y) < n_workers:
+        raise ValueError("need at least one row per worker")
+
+    kwargs = dict(n_updates=n_updates, lr=lr, policy=policy, max_staleness=max_staleness,
+                  n_backup=n_backup, batch_size=batch_size, seed=seed,
+                  compute_time=compute_time, compute_dist=compute_dist, apply=apply,
+                  step_size=step_size, loss_every=loss_every)
+    knobs = dict(timeout=timeout)
+    if slow:
+        knobs["slow"] = slow
+    if faults:
+        knobs["faults"] = faults
+        knobs["on_failure"] = "continue"
+
+    X_sa = y_sa = None
+    with contextlib.ExitStack() as stack:
+        if cluster is None:
+            # A star: workers have a Pipe to the server only, as in a real parameter server.
+            cluster = stack.enter_context(cl.Cluster(n_workers + 1, start_method=start_method,
+                                                     graph=nx.star_graph(n_workers)))
+        elif cluster.n_workers != n_workers + 1:
+            raise ValueError(f"the cluster has {cluster.n_workers} ranks; a parameter server "
+                             f"with {n_workers} workers needs n_workers + 1 = {n_workers + 1}")
+        X_sa = stack.enter_context(cl.SharedArray.from_array(X))
+        y_sa = stack.enter_context(cl.SharedArray.from_array(y))
+        res = cluster.run(run_ps, X_sa, y_sa, **kwargs, **knobs)
+    out = res[0]
+    if out is None:
+        raise RuntimeError(f"the server (rank 0) failed: {res.failures.get(0)!r}")
+    losses = np.asarray(out["losses"], dtype=np.float64)
+    return PSResult(w=out["w"], version=out["version"], records=_records(out["records"]),
+                    losses={"time": losses[:, 0], "version": losses[:, 1].astype(int),
+                            "loss": losses[:, 2]},
+                    waits=np.asarray(out["waits"]), dead=list(out["dead"]),
+                    reassigned=list(out["reassigned"]), policy=policy, n_workers=n_workers,
+                    wall_time=res.wall_time, run=res)

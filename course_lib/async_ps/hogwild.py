@@ -1,0 +1,164 @@
+"""Hogwild! (Recht, Re, Wright, Niu 2011): SGD on a weight vector in shared memory, no locks.
+
+Every worker process attaches the same ``w`` (a :class:`course_lib.SharedArray`) and, for
+each of its samples i, reads the few coordinates ``w[idx[i]]`` and writes them back
+updated, without asking anybody. Two updates collide only if their samples share a
+coordinate; on a sparse problem that is rare (see ``sparsity_stats``), so the lost or
+mixed writes barely matter and the processes never wait for each other.
+
+The locked variant takes a ``multiprocessing.Lock`` around each update: always correct,
+serialised. A lock cannot travel through a Pipe (multiprocessing only lets it be
+inherited at process start), so this module starts its own processes with
+``multiprocessing`` (the start method of the course: fork, spawn or forkserver), ships the
+worker function by value with cloudpickle and hands the lock over at start.
+"""
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass
+
+import cloudpickle
+import numpy as np
+
+from .problems import SparseProblem, sample_order, serial_sparse_sgd, sparse_loss
+
+
+def hogwild_worker(w, idx, val, y, order, lr):
+    """Lock-free SGD steps on the samples in ``order``; ``w`` is the shared vector (in place).
+
+    One step on sample i touches only its support ``j = idx[i]``:
+    ``w[j] -= lr * (val[i] . w[j] - y[i]) * val[i]``. Returns the number of updates.
+    """
+    for i in order:
+        j = idx[i]
+        v = val[i]
+        w[j] -= lr * (v @ w[j] - y[i]) * v
+    return len(order)
+
+
+def locked_worker(w, idx, val, y, order, lr, lock):
+    """The same steps, each one inside ``with lock:`` (read and write of w as one unit)."""
+    for i in order:
+        j = idx[i]
+        v = val[i]
+        with lock:
+            w[j] -= lr * (v @ w[j] - y[i]) * v
+    return len(order)
+
+
+def _entry(payload, rank, lock, barrier, conn):
+    """Child process: attach the shared arrays, wait for the others, run the worker loop."""
+    try:
+        worker, w_sa, idx_sa, val_sa, y_sa, order, lr = cloudpickle.loads(payload)
+        w, idx, val, y = w_sa.array, idx_sa.array, val_sa.array, y_sa.array
+        barrier.wait(timeout=30)
+        t0 = time.perf_counter()
+        if lock is None:
+            n = worker(w, idx, val, y, order, lr)
+        else:
+            n = worker(w, idx, val, y, order, lr, lock)
+        t1 = time.perf_counter()
+        conn.send(("ok", rank, t0, t1, n))
+    except BaseException as e:  # noqa: BLE001 - report everything to the parent
+        conn.send(("error", rank, repr(e), traceback.format_exc(), None))
+    finally:
+        conn.close()
+
+
+@dataclass
+class HogwildResult:
+    w: np.ndarray
+    loss: float
+    wall_time: float       # first start to last finish, seconds
+    worker_times: list     # (start, end) per worker, seconds since the first start
+    n_updates: int
+    locked: bool
+    n_workers: int
+
+
+def _context(start_method):
+    import multiprocessing as mp
+
+    method = start_method or os.environ.get("COURSE_START_METHOD") or None
+    if method is not None and method not in mp.get_all_start_methods():
+        raise ValueError(f"unknown start method {method!r}; have {mp.get_all_start_methods()}")
+    return mp.get_context(method)
+
+
+def run_hogwild(problem: SparseProblem, n_workers: int = 2, n_updates: int = 20000,
+                lr: float = 0.5, lock: bool = False, worker=None, seed: int = 0,
+                start_method=None, timeout: float = 60.0) -> HogwildResult:
+    """Run ``n_workers`` processes of Hogwild! (or the locked variant) on ``problem``.
+
+    The ``n_updates`` samples are ``sample_order(n, n_updates, seed)`` dealt round-robin to
+    the workers, so the serial baseline (``serial_sparse_sgd`` on the same order) makes the
+    same number of updates on the same samples. ``worker`` replaces the worker loop
+    (signature of :func:`hogwild_worker`, plus ``lock`` when ``lock=True``).
+    """
+    from course_lib.shm import SharedArray
+
+    if n_workers < 1:
+        raise ValueError(f"need n_workers >= 1, got {n_workers}")
+    if n_updates < n_workers:
+        raise ValueError("need at least one update per worker")
+    if worker is None:
+        worker = locked_worker if lock else hogwild_worker
+    ctx = _context(start_method)
+    order = sample_order(problem.n, n_updates, seed)
+    arrays = [SharedArray.create(problem.d, np.float64, fill=0.0),
+              SharedArray.from_array(problem.idx), SharedArray.from_array(problem.val),
+              SharedArray.from_array(problem.y)]
+    lk = ctx.Lock() if lock else None
+    barrier = ctx.Barrier(n_workers)
+    procs, conns = [], []
+    try:
+        for r in range(n_workers):
+            payload = cloudpickle.dumps((worker, *arrays, order[r::n_workers], lr))
+            recv_end, send_end = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_entry, args=(payload, r, lk, barrier, send_end),
+                            name=f"hogwild-{r}", daemon=True)
+            p.start()
+            send_end.close()
+            procs.append(p)
+            conns.append(recv_end)
+        deadline = time.monotonic() + timeout
+        reports = []
+        for r, c in enumerate(conns):
+            left = deadline - time.monotonic()
+            if not c.poll(max(left, 0)):
+                raise TimeoutError(f"Hogwild! worker {r} still running after {timeout} s")
+            try:
+                reports.append(c.recv())
+            except EOFError:
+                procs[r].join(1)
+                raise RuntimeError(f"Hogwild! worker {r} died (exit code {procs[r].exitcode})")
+        for kind, r, a, b, _ in reports:
+            if kind == "error":
+                raise RuntimeError(f"Hogwild! worker {r} raised {a}\n{b}")
+        w = arrays[0].array.copy()
+    finally:
+        for p in procs:
+            p.join(timeout=2)
+            if p.is_alive():
+                p.terminate()
+                p.join(2)
+        for c in conns:
+            c.close()
+        for a in arrays:
+            a.release()
+    t_first = min(rep[2] for rep in reports)
+    return HogwildResult(
+        w=w, loss=sparse_loss(problem.idx, problem.val, problem.y, w),
+        wall_time=max(rep[3] for rep in reports) - t_first,
+        worker_times=[(rep[2] - t_first, rep[3] - t_first) for rep in reports],
+        n_updates=sum(rep[4] for rep in reports), locked=lock, n_workers=n_workers)
+
+
+def run_serial(problem: SparseProblem, n_updates: int = 20000, lr: float = 0.5, seed: int = 0):
+    """The serial baseline on the same samples: ``(w, loss, seconds)``."""
+    order = sample_order(problem.n, n_updates, seed)
+    t0 = time.perf_counter()
+    w = serial_sparse_sgd(problem.idx, problem.val, problem.y, problem.d, order, lr)
+    return w, sparse_loss(problem.idx, problem.val, problem.y, w), time.perf_counter() - t0

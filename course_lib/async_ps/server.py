@@ -1,0 +1,274 @@
+"""The asynchronous parameter server: rank 0 serves, ranks 1..M are workers.
+
+A worker loops: receive ``w`` (and the version it has), draw a minibatch from its rows,
+compute the gradient, push ``(g, version)`` to the server. The server applies a gradient
+the moment it arrives and answers with the current ``w``, so nobody waits for anybody.
+The price is *staleness*: when the server applies a gradient computed on version ``v``
+while it already holds version ``t``, the gradient is ``t - v`` updates old:
+
+    staleness = server version when applied - version the gradient was computed on  (>= 0)
+
+Policies (``policy=``):
+
+* ``"async"``: apply every gradient with step ``lr`` (Hogwild!-style PS; Dean et al. 2012).
+* ``"staleness_aware"``: step ``lr / (staleness + 1)`` (Zhang et al. 2016).
+* ``"drop"``: discard gradients with staleness above ``max_staleness``.
+* ``"sync"``: synchronous SGD with ``n_backup`` backup workers (Chen et al. 2016): each
+  round waits for the first ``N = M - n_backup`` fresh gradients, applies their mean,
+  sends the new ``w`` to everybody; late gradients are dropped, and a worker still
+  computing abandons its work when the new ``w`` arrives.
+
+A worker that dies (``Cluster(..., on_failure="continue")``) shows up at the server as
+:class:`course_lib.PeerLost`; the server records it, hands the dead worker's rows to the
+live worker with the fewest rows, and finishes with the others.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from .problems import batch_rng, gradient, loss, shards
+
+POLICIES = ("async", "staleness_aware", "drop", "sync")
+
+
+class Record(NamedTuple):
+    """One gradient that reached the server."""
+
+    worker: int      # rank that computed it
+    version: int     # server version it was computed on
+    staleness: int   # server version when it arrived - version
+    time: float      # arrival time (seconds since the run started)
+    applied: bool    # False if the policy dropped it
+    lr: float        # step size used (0.0 if dropped)
+
+
+@dataclass
+class ServerState:
+    """What the server holds: the weights, their version, the step size, the records."""
+
+    w: np.ndarray
+    lr: float
+    version: int = 0
+    records: list = field(default_factory=list)
+
+
+def staleness_aware_lr(lr: float, staleness: int) -> float:
+    """Step size ``lr / (staleness + 1)``: a fresh gradient gets ``lr``, an old one less."""
+    return lr / (staleness + 1)
+
+
+def constant_lr(lr: float, staleness: int) -> float:
+    """Step size of plain async SGD: ``lr`` whatever the staleness."""
+    return lr
+
+
+def apply_update(state: ServerState, grad, computed_version: int, worker: int, time: float,
+                 step_size: Callable = constant_lr) -> int:
+    """Apply one gradient at once and record it; return its staleness.
+
+    ``staleness = state.version - computed_version`` (before this update), then
+    ``w <- w - step_size(lr, staleness) * grad`` in place, ``version += 1``.
+    """
+    staleness = state.version - computed_version
+    lr = step_size(state.lr, staleness)
+    state.w -= lr * grad
+    state.version += 1
+    state.records.append(Record(worker, computed_version, staleness, time, True, lr))
+    return staleness
+
+
+# ----------------------------------------------------------------------------- worker
+def _pause(comm, seconds: float, interruptible: bool):
+    """Emulated compute time. If interruptible, return a message that arrived meanwhile."""
+    if seconds <= 0:
+        return None
+    if not interruptible:
+        time.sleep(seconds)
+        return None
+    deadline = time.perf_counter() + seconds
+    from course_lib import PeerLost
+
+    while True:
+        try:
+            if comm.iprobe(source=0):
+                return comm.recv(source=0)
+        except PeerLost as e:  # another worker died (full mesh): not our business
+            if e.rank == 0:
+                raise
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return None
+        time.sleep(min(left, 0.0005))
+
+
+def _worker(comm, X_sa, y_sa, batch_size, seed, compute_time, compute_dist, interruptible):
+    X, y = X_sa.array, y_sa.array
+    rng = batch_rng(seed, comm.rank)
+    time_rng = np.random.default_rng([seed, comm.rank, 1])
+    computed = abandoned = 0
+    msg = comm.recv(source=0)
+    while msg[0] != "stop":
+        _, version, w, rows = msg
+        batch = rng.choice(rows, batch_size)
+        pause = compute_time if compute_dist == "fixed" else time_rng.exponential(compute_time)
+        with comm.compute("gradient"):
+            g = gradient(X[batch], y[batch], w)
+            interrupt = _pause(comm, pause, interruptible)
+        if interrupt is not None:  # sync round closed without us: drop this gradient
+            abandoned += 1
+            msg = interrupt
+            continue
+        computed += 1
+        comm.send(("grad", g, version), 0)
+        msg = comm.recv(source=0)
+    comm.send(("bye",), 0)
+    return {"computed": computed, "abandoned": abandoned}
+
+
+# ----------------------------------------------------------------------------- server
+class _Server:
+    def __init__(self, comm, X, y, lr, loss_every):
+        self.comm, self.X, self.y = comm, X, y
+        self.state = ServerState(w=np.zeros(X.shape[1]), lr=lr)
+        self.live = set(range(1, comm.size))
+        self.dead: list[int] = []
+        self.rows = {r: [s] for r, s in zip(sorted(self.live), shards(len(y), len(self.live)))}
+        self.loss_every = loss_every
+        self.losses = [(comm.now(), 0, loss(X, y, self.state.w))]
+        self.reassigned: list[tuple] = []
+
+    def rows_of(self, r):
+        return np.concatenate(self.rows[r])
+
+    def record_loss(self):
+        v = self.state.version
+        if v % self.loss_every == 0:
+            self.losses.append((self.comm.now(), v, loss(self.X, self.y, self.state.w)))
+
+    def send_w(self, r):
+        from course_lib import PeerLost
+        try:
+            self.comm.send(("w", self.state.version, self.state.w, self.rows_of(r)), r)
+        except (PeerLost, OSError):
+            self.lost(r)
+
+    def lost(self, r):
+        """Worker r died: record it and give its rows to the live worker with fewest rows."""
+        if r not in self.live:
+            return
+        self.live.discard(r)
+        self.dead.append(r)
+        if self.live:
+            heir = min(sorted(self.live), key=lambda k: sum(len(s) for s in self.rows[k]))
+            self.rows[heir].extend(self.rows.pop(r))
+            self.reassigned.append((r, heir, self.comm.now()))
+
+    def recv(self):
+        """Next message from any live worker, or None if a worker was lost meanwhile."""
+        from course_lib import PeerLost
+        try:
+            return self.comm.recv_any()
+        except PeerLost as e:
+            self.lost(getattr(e, "rank", None))
+            return None
+
+    def finish(self):
+        """Tell every live worker to stop and wait for its goodbye (drains the pipes)."""
+        from course_lib import PeerLost
+        for r in sorted(self.live):
+            try:
+                self.comm.send(("stop",), r)
+            except (PeerLost, OSError):
+                self.lost(r)
+        pending = set(self.live)
+        while pending:
+            got = self.recv()
+            if got is None:
+                pending &= self.live
+                continue
+            src, msg = got
+            if msg[0] == "bye":
+                pending.discard(src)
+
+
+def _serve_async(srv: _Server, n_updates, policy, max_staleness, apply, step_size):
+    st = srv.state
+    for r in sorted(srv.live):
+        srv.send_w(r)
+    while st.version < n_updates and srv.live:
+        got = srv.recv()
+        if got is None:
+            continue
+        src, (_, g, v) = got
+        t = srv.comm.now()
+        if policy == "drop" and st.version - v > max_staleness:
+            st.records.append(Record(src, v, st.version - v, t, False, 0.0))
+        else:
+            apply(st, g, v, src, t, step_size)
+            srv.record_loss()
+        srv.send_w(src)
+
+
+def _serve_sync(srv: _Server, n_updates, n_backup):
+    st = srv.state
+    waits = []
+    while st.version < n_updates and srv.live:
+        need = max(1, min(len(srv.live) - n_backup, len(srv.live)))
+        for r in sorted(srv.live):
+            srv.send_w(r)
+        start = srv.comm.now()
+        accepted = {}
+        while len(accepted) < need and srv.live:
+            got = srv.recv()
+            if got is None:
+                need = min(need, len(srv.live))
+                continue
+            src, (_, g, v) = got
+            t = srv.comm.now()
+            if v == st.version:
+                accepted[src] = g
+                st.records.append(Record(src, v, 0, t, True, st.lr))
+            else:  # a backup's gradient from an earlier round
+                st.records.append(Record(src, v, st.version - v, t, False, 0.0))
+        if not accepted:
+            break
+        waits.append(srv.comm.now() - start)
+        g = np.mean([accepted[r] for r in sorted(accepted)], axis=0)
+        st.w -= st.lr * g
+        st.version += 1
+        srv.record_loss()
+    return waits
+
+
+def run_ps(comm, X_sa, y_sa, n_updates=200, lr=0.05, policy="async", max_staleness=None,
+           n_backup=0, batch_size=16, seed=0, compute_time=0.0, compute_dist="fixed",
+           apply=apply_update, step_size=None, loss_every=1):
+    """SPMD entry point for ``cluster.run``: rank 0 is the server, the others are workers.
+
+    ``X_sa, y_sa``: :class:`course_lib.SharedArray` with the data (workers read their rows
+    in place). ``compute_time``: emulated seconds of compute per gradient (a constant, or
+    the mean of an exponential with ``compute_dist="exp"``), slowed by ``Cluster(slow=...)``.
+    Rank 0 returns a dict (see :class:`PSResult`), workers return their counters.
+    """
+    if comm.rank != 0:
+        return _worker(comm, X_sa, y_sa, batch_size, seed, compute_time, compute_dist,
+                       interruptible=(policy == "sync"))
+    X, y = X_sa.array, y_sa.array
+    srv = _Server(comm, X, y, lr, loss_every)
+    waits = []
+    if policy == "sync":
+        waits = _serve_sync(srv, n_updates, n_backup)
+    else:
+        if step_size is None:
+            step_size = staleness_aware_lr if policy == "staleness_aware" else constant_lr
+        _serve_async(srv, n_updates, policy, max_staleness, apply, step_size)
+    if srv.losses[-1][1] != srv.state.version:
+        srv.losses.append((comm.now(), srv.state.version, loss(X, y, srv.state.w)))
+    srv.finish()
+    return {"w": srv.state.w, "version": srv.state.version,
+            "records": [tuple(r) for r in srv.state.records], "losses": srv.losses,
+            "waits": waits, "dead": srv.dead, "reassigned": srv.reassigned}

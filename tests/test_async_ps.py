@@ -1,0 +1,228 @@
+"""Lesson 03: asynchronous parameter server, staleness, backup workers, Hogwild!.
+
+Real processes throughout; each claim of the notebook is checked against a single-process
+baseline or a formula: one-worker async PS == serial SGD bit for bit; staleness >= 0, 0 for one
+worker, larger for a slow worker; each policy's rule holds on every record; the backup-worker
+wait matches mu (H_{N+b} - H_b); Hogwild! matches serial SGD on a sparse problem.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from course_lib import Fault
+from course_lib.async_ps import (ServerState, apply_update, expected_backup_wait, harmonic,
+                                 hogwild_worker, locked_worker, make_least_squares,
+                                 make_sparse_problem, run_hogwild, run_serial, sample_order,
+                                 serial_sgd, serial_sparse_sgd, simulate_backup_wait,
+                                 sparse_loss, sparsity_stats, staleness_aware_lr, train_async)
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y, _ = make_least_squares(1000, 10, seed=0)
+    return X, y
+
+
+def my_segments():
+    return [f for f in os.listdir("/dev/shm") if f.startswith(f"course_{os.getpid()}_")] \
+        if os.path.isdir("/dev/shm") else []
+
+
+# ---------------------------------------------------------------- theory (no processes)
+def test_harmonic_numbers():
+    assert harmonic(0) == 0 and harmonic(1) == 1 and harmonic(4) == pytest.approx(25 / 12)
+    with pytest.raises(ValueError):
+        harmonic(-1)
+
+
+@pytest.mark.parametrize("n,b", [(1, 0), (3, 1), (4, 0), (8, 2), (16, 4)])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_backup_wait_monte_carlo_within_10_percent(n, b, seed):
+    mu = 0.7
+    want = expected_backup_wait(n, b, mu)
+    got = simulate_backup_wait(n, b, mu, rounds=20000, seed=seed).mean()
+    assert abs(got - want) < 0.10 * want, (got, want)
+    assert abs(got - want) < 0.03 * want  # 20000 rounds: much tighter in fact
+
+
+def test_backups_shorten_the_wait():
+    # b = 0: mu H_N grows like ln N; backups cut it.
+    assert expected_backup_wait(4, 0, 1.0) == pytest.approx(harmonic(4))
+    assert expected_backup_wait(3, 1, 1.0) < expected_backup_wait(3, 0, 1.0)
+    assert expected_backup_wait(1, 0, 2.0) == pytest.approx(2.0)  # one exponential: its mean
+
+
+def test_sparsity_stats_by_hand():
+    idx = np.array([[0, 1], [1, 2], [3, 4]])
+    s = sparsity_stats(idx, 5)
+    assert s == {"Omega": 2, "Delta": pytest.approx(2 / 3), "rho": pytest.approx(2 / 3)}
+    dense = sparsity_stats(np.tile(np.arange(6), (4, 1)), 6)
+    assert dense == {"Omega": 6, "Delta": 1.0, "rho": 1.0}
+    sparse = sparsity_stats(make_sparse_problem(2000, 2000, 5).idx, 2000)
+    assert sparse["Omega"] == 5 and sparse["rho"] < 0.05 and sparse["Delta"] < 0.01
+
+
+def test_sparse_problem_and_serial_sgd_match_the_dense_formula():
+    p = make_sparse_problem(200, 30, 4, seed=3)
+    X = p.dense()
+    assert ((X != 0).sum(axis=1) == 4).all()
+    order = sample_order(p.n, 300, seed=1)
+    w = serial_sparse_sgd(p.idx, p.val, p.y, p.d, order, 0.3)
+    v = np.zeros(p.d)
+    for i in order:  # the same SGD with dense rows
+        v -= 0.3 * (X[i] @ v - p.y[i]) * X[i]
+    assert np.allclose(w, v, atol=1e-12)
+    r = X @ w - p.y
+    assert sparse_loss(p.idx, p.val, p.y, w) == pytest.approx(r @ r / (2 * p.n))
+
+
+def test_apply_update_bookkeeping():
+    st = ServerState(w=np.ones(3), lr=0.5, version=7)
+    s = apply_update(st, np.array([2.0, 0, 0]), 4, worker=2, time=1.5)
+    assert s == 3 and st.version == 8 and np.allclose(st.w, [0, 1, 1])
+    rec = st.records[-1]
+    assert (rec.worker, rec.version, rec.staleness, rec.applied, rec.lr) == (2, 4, 3, True, 0.5)
+    s = apply_update(st, np.ones(3), 8, worker=1, time=2.0, step_size=staleness_aware_lr)
+    assert s == 0 and st.records[-1].lr == 0.5
+    assert staleness_aware_lr(0.6, 2) == pytest.approx(0.2)
+
+
+def test_bad_input_is_refused(data):
+    X, y = data
+    for kw, msg in [(dict(policy="hogwild"), "policy"), (dict(policy="drop"), "max_staleness"),
+                    (dict(n_workers=0), "worker"), (dict(policy="sync", n_workers=2, n_backup=2), "n_backup"),
+                    (dict(compute_dist="normal"), "compute_dist"), (dict(lr=-1), "lr")]:
+        with pytest.raises(ValueError, match=msg):
+            train_async(X, y, **kw)
+    with pytest.raises(ValueError, match="X must be"):
+        train_async(X, y[:-1])
+    with pytest.raises(ValueError, match="nnz"):
+        make_sparse_problem(10, 5, 6)
+
+
+# ------------------------------------------------------------- parameter server, real processes
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_one_worker_equals_serial_sgd_exactly(data, start_method):
+    X, y = data
+    res = train_async(X, y, n_workers=1, n_updates=60, lr=0.1, batch_size=8, seed=5,
+                      start_method=start_method)
+    w, losses = serial_sgd(X, y, 60, 0.1, 8, seed=5)
+    assert np.array_equal(res.w, w)  # bit for bit: same batches, same arithmetic
+    assert res.version == 60 and len(res.records["staleness"]) == 60
+    assert (res.records["staleness"] == 0).all()
+    assert np.allclose(res.losses["loss"], losses)
+    assert my_segments() == []
+
+
+def test_slow_worker_is_staler(data):
+    X, y = data
+    res = train_async(X, y, n_workers=3, n_updates=120, lr=0.05, compute_time=0.003,
+                      slow={3: 5}, seed=1)
+    st = res.records["staleness"]
+    assert (st >= 0).all() and res.version == 120
+    assert (np.diff(res.records["time"]) >= 0).all()
+    mean = res.mean_staleness()
+    assert mean[3] > mean[1] and mean[3] > mean[2], mean
+    assert mean[3] > 2 * max(mean[1], mean[2]), mean  # five times slower: many versions late
+    # staleness is the version gap: version + staleness == the server's version on arrival
+    assert (res.records["version"] + st == np.arange(120)).all()
+    # the run really happened on processes: one compute phase per gradient, in the timeline
+    n_compute = sum(1 for e in res.run.timeline if e.kind == "compute")
+    assert n_compute >= 120
+
+
+def test_policies_follow_their_rules(data):
+    X, y = data
+    common = dict(n_workers=3, n_updates=60, lr=0.05, compute_time=0.003, slow={3: 6}, seed=2)
+    sa = train_async(X, y, policy="staleness_aware", **common)
+    r = sa.records
+    assert np.allclose(r["lr"], 0.05 / (r["staleness"] + 1)) and r["applied"].all()
+    dr = train_async(X, y, policy="drop", max_staleness=2, **common)
+    r = dr.records
+    assert (r["staleness"][r["applied"]] <= 2).all() and (r["staleness"][~r["applied"]] > 2).all()
+    assert dr.n_dropped > 0 and dr.version == 60  # the slow worker's gradients were dropped
+    sy = train_async(X, y, policy="sync", n_backup=1, **common)
+    r = sy.records
+    assert (r["staleness"][r["applied"]] == 0).all()
+    per_round = np.bincount(r["version"][r["applied"]], minlength=sy.version)
+    assert (per_round == 2).all()  # N = 3 - 1 fresh gradients per round, no more
+    assert len(sy.waits) == sy.version == 60
+
+
+def test_dead_worker_is_tolerated(data):
+    X, y = data
+    res = train_async(X, y, n_workers=3, n_updates=80, lr=0.05, compute_time=0.002,
+                      faults={2: Fault("kill", step=5)})
+    assert res.version == 80 and res.dead == [2]
+    assert 2 in res.run.failures and res.run[2] is None
+    (dead, heir, _), = res.reassigned
+    assert dead == 2 and heir in (1, 3)
+    assert (res.records["worker"] == 2).sum() <= 5
+    assert res.final_loss < 0.2 * res.losses["loss"][0]  # it still trained
+    assert my_segments() == []
+
+
+def test_backup_wait_on_real_processes():
+    # Exponential compute times, sync with backups. Process wake-ups add overhead on a
+    # busy machine, so this check is looser than the Monte Carlo one.
+    X, y, _ = make_least_squares(200, 5, seed=0)
+    n, b, mu = 3, 1, 0.02
+    res = train_async(X, y, n_workers=n + b, n_updates=40, lr=0.05, policy="sync", n_backup=b,
+                      compute_time=mu, compute_dist="exp", seed=4)
+    want = expected_backup_wait(n, b, mu)
+    got = float(res.waits.mean())
+    assert 0.7 * want < got < 2.0 * want, (got, want)
+
+
+# ---------------------------------------------------------------------------- Hogwild!
+class SpyArray(np.ndarray):
+    """Records every index written through ``w[...] = ...``."""
+
+    def __setitem__(self, key, value):
+        self.writes.append(np.arange(len(self))[key])
+        super().__setitem__(key, value)
+
+
+def test_hogwild_worker_touches_only_the_support():
+    p = make_sparse_problem(100, 50, 3, seed=0)
+    order = sample_order(p.n, 40, seed=0)
+    for worker, extra in [(hogwild_worker, ()), (locked_worker, (__import__("threading").Lock(),))]:
+        w = np.zeros(p.d).view(SpyArray)
+        w.writes = []
+        assert worker(w, p.idx, p.val, p.y, order, 0.5, *extra) == 40
+        assert len(w.writes) == 40
+        for i, written in zip(order, w.writes):
+            assert set(written) <= set(p.idx[i])
+        assert np.allclose(np.asarray(w), serial_sparse_sgd(p.idx, p.val, p.y, p.d, order, 0.5))
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_hogwild_one_worker_equals_serial(start_method):
+    p = make_sparse_problem(500, 300, 5, seed=1)
+    res = run_hogwild(p, n_workers=1, n_updates=2000, lr=0.5, start_method=start_method)
+    w, _, _ = run_serial(p, 2000, 0.5)
+    assert np.array_equal(res.w, w) and res.n_updates == 2000
+    assert my_segments() == []
+
+
+@pytest.mark.parametrize("lock", [False, True])
+def test_hogwild_sparse_close_to_serial(lock):
+    p = make_sparse_problem(4000, 2000, 5, seed=0)
+    _, serial, _ = run_serial(p, 20000, 0.5)
+    res = run_hogwild(p, n_workers=2, n_updates=20000, lr=0.5, lock=lock)
+    start = sparse_loss(p.idx, p.val, p.y, np.zeros(p.d))
+    assert res.n_updates == 20000 and serial < 0.05 * start
+    assert res.loss < 1.2 * serial, (res.loss, serial)
+
+
+def test_hogwild_worker_error_reaches_the_caller():
+    def broken(w, idx, val, y, order, lr):
+        raise ZeroDivisionError("boom")
+
+    p = make_sparse_problem(50, 20, 2)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        run_hogwild(p, n_workers=2, n_updates=10, worker=broken)
+    assert my_segments() == []

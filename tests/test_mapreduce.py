@@ -229,3 +229,8 @@ def test_bad_input(cluster5):
         mapreduce_gd(cluster5, "least_squares", X, y, checkpoint_every=3)
     with pytest.raises(ValueError, match="N rows"):
         mapreduce_gd(cluster5, "least_squares", X, y[:10])
+
+
+def test_cost_model_core_ceiling():
+    m = CostModel(t_compute=1.0, cores=2.0)
+    assert np.allclose(m.speedup([1, 2, 3, 8]), [1, 2, 2, 2])

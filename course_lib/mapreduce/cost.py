@@ -59,6 +59,7 @@ class CostModel:
 
     t_compute: time of the whole map (all N rows) on one worker, per iteration.
     latency, bandwidth: of one message (lesson 00's fit); overhead: software cost per message.
+    cores: the machine's effective cores; p workers compute at most min(p, cores) times faster.
     """
 
     t_compute: float
@@ -66,9 +67,10 @@ class CostModel:
     bandwidth: float = float("inf")
     overhead: float = 0.0
     n_params: int = 1
+    cores: float = float("inf")
 
-    def compute(self, p, slowest=1.0):
-        return self.t_compute / np.asarray(p, dtype=float)
+    def compute(self, p):
+        return self.t_compute / np.minimum(np.asarray(p, dtype=float), self.cores)
 
     def communication(self, p):
         p = np.asarray(p, dtype=float)
@@ -82,6 +84,7 @@ class CostModel:
         return (slowest - 1.0) * self.compute(p)
 
     def time(self, p, slowest=1.0):
+        """Seconds per iteration on p workers (one of them ``slowest`` times slower)."""
         return self.compute(p) + self.communication(p) + self.sync(p, slowest)
 
     def speedup(self, p, slowest=1.0):

@@ -25,7 +25,7 @@ from typing import Iterable, List, Optional, Tuple
 
 from .grading.registry import DEFAULT_HIDDEN_DIR, load_lesson
 from .grading.report import write_feedback, write_gradescope, write_scores
-from .grading.sandbox import Limits, grade_notebook
+from .grading.sandbox import Limits, grade_notebook, start_zygote
 
 _QID_IN_TEXT = re.compile(r"\bex(\d{2})_\d+\b")
 
@@ -72,7 +72,7 @@ def detect_lesson(path: Path, forced: Optional[str] = None) -> Optional[str]:
 
 
 def grade_one(sid: str, path: Path, limits: Limits, hidden_dir=None, seed: int = 0, lesson: Optional[str] = None,
-              start_method: Optional[str] = None) -> dict:
+              start_method: Optional[str] = None, zygote=None) -> dict:
     """Grade one notebook; return its feedback row (never raises on student errors)."""
     row = {"submission": sid, "notebook": str(path), "lesson": None, "score": 0, "max_score": 0,
            "questions": [], "notes": [], "elapsed": 0.0, "output_tail": ""}
@@ -87,7 +87,8 @@ def grade_one(sid: str, path: Path, limits: Limits, hidden_dir=None, seed: int =
     except LookupError as e:
         row["notes"].append(str(e))
         return row
-    g = grade_notebook(path, lesson, questions, limits, hidden_dir=hidden_dir, seed=seed, start_method=start_method)
+    g = grade_notebook(path, lesson, questions, limits, hidden_dir=hidden_dir, seed=seed, start_method=start_method,
+                       zygote=zygote)
     row["questions"] = [r.to_dict() for r in g.results.values()]
     row["score"] = sum(r.points for r in g.results.values())
     row["max_score"] = sum(q.points for q in questions)
@@ -104,9 +105,11 @@ def grade_paths(paths, out, limits: Limits = Limits(), hidden_dir=None, seed: in
     out.mkdir(parents=True, exist_ok=True)
     subs = find_submissions(paths)
 
+    zygote = start_zygote(seed) if subs else None
+
     def one(item):
         sid, path = item
-        row = grade_one(sid, path, limits, hidden_dir, seed, lesson, start_method)
+        row = grade_one(sid, path, limits, hidden_dir, seed, lesson, start_method, zygote)
         write_feedback(row, out)
         write_gradescope(row, out)
         if not quiet:
@@ -116,8 +119,12 @@ def grade_paths(paths, out, limits: Limits = Limits(), hidden_dir=None, seed: in
                   + "".join(f"\n   note: {n[:150]}" for n in row["notes"]), flush=True)
         return row
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-        rows = list(ex.map(one, subs))
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+            rows = list(ex.map(one, subs))
+    finally:
+        if zygote is not None:
+            zygote.close()
     write_scores(rows, out)
     return rows
 

@@ -54,14 +54,16 @@ class NotebookGrade:
 class _CappedOutput(threading.Thread):
     """Drain a pipe, keeping its head and tail: megabytes of prints cost nothing."""
 
-    def __init__(self, pipe):
+    def __init__(self, pipe=None, fifo=None):
         super().__init__(daemon=True)
-        self.pipe, self.head, self.tail, self.total = pipe, bytearray(), bytearray(), 0
+        self.pipe, self.fifo, self.head, self.tail, self.total = pipe, fifo, bytearray(), bytearray(), 0
 
     def run(self):
         try:
+            if self.pipe is None:
+                self.pipe = open(self.fifo, "rb", buffering=0)  # blocks until the runner opens it
             while True:
-                chunk = self.pipe.read1(65536) if hasattr(self.pipe, "read1") else self.pipe.read(65536)
+                chunk = self.pipe.read(65536)
                 if not chunk:
                     break
                 self.total += len(chunk)
@@ -74,6 +76,17 @@ class _CappedOutput(threading.Thread):
                     del self.tail[:-OUTPUT_CAP]
         except (OSError, ValueError):
             pass
+        finally:
+            if self.pipe is not None:
+                self.pipe.close()
+
+    def unblock(self):
+        """Release a reader still waiting for a writer on the FIFO (the runner never started)."""
+        if self.fifo is not None:
+            try:
+                os.close(os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
 
     def text(self) -> str:
         if self.total <= len(self.head) + len(self.tail):
@@ -138,10 +151,49 @@ class _Tree:
                     pass
         except ImportError:
             pass
+        self.proc.wait(timeout=10)
+
+
+class _PopenHandle:
+    def __init__(self, popen):
+        self.popen, self.pid = popen, popen.pid
+
+    def poll(self):
+        return self.popen.poll()
+
+    def kill(self):
+        self.popen.kill()
+
+    def wait(self, timeout):
         try:
-            self.proc.wait(timeout=10)
+            return self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:  # pragma: no cover
+            return None
+
+    @property
+    def returncode(self):
+        return self.popen.returncode
+
+
+class _ZygoteHandle:
+    def __init__(self, zygote, pid):
+        self.zygote, self.pid, self.returncode = zygote, pid, None
+
+    def poll(self):
+        if self.returncode is None:
+            self.returncode = self.zygote.exitcode(self.pid)
+        return self.returncode
+
+    def kill(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
             pass
+
+    def wait(self, timeout):
+        if self.returncode is None:
+            self.returncode = self.zygote.wait(self.pid, timeout)
+        return self.returncode
 
 
 def _read_events(path: Path, offset: int):
@@ -162,19 +214,32 @@ def _read_events(path: Path, offset: int):
 
 
 def _launch(spec: dict, limits: Limits, env: dict, questions: Dict[str, Question], workdir: Path,
-            deadline: float):
+            deadline: float, zygote=None):
     """Run the runner once; return (events, killed_reason, returncode, output)."""
     spec_path = workdir / f"spec{spec['attempt']}.json"
     events_path = Path(spec["events"])
     spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    kw = dict(start_new_session=True) if os.name == "posix" else {}
-    if os.name == "posix":
-        kw["preexec_fn"] = _limit_resources(limits.memory_mb)
-    proc = subprocess.Popen([sys.executable, "-m", "course_lib.grading.runner", str(spec_path)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=env, cwd=str(REPO_ROOT), **kw)
-    out = _CappedOutput(proc.stdout)
-    out.start()
+    proc = out = None
+    if zygote is not None:
+        fifo = workdir / f"out{spec['attempt']}.fifo"
+        os.mkfifo(fifo)
+        out = _CappedOutput(fifo=str(fifo))
+        out.start()
+        try:
+            proc = _ZygoteHandle(zygote, zygote.spawn(str(spec_path), str(fifo), limits.memory_mb, env))
+        except RuntimeError:
+            out.unblock()
+            proc = None
+    if proc is None:
+        kw = dict(start_new_session=True) if os.name == "posix" else {}
+        if os.name == "posix":
+            kw["preexec_fn"] = _limit_resources(limits.memory_mb)
+        popen = subprocess.Popen([sys.executable, "-m", "course_lib.grading.runner", str(spec_path)],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 env=env, cwd=str(REPO_ROOT), **kw)
+        proc = _PopenHandle(popen)
+        out = _CappedOutput(pipe=popen.stdout)
+        out.start()
     tree = _Tree(proc)
     events, offset = [], 0
     phase_start, limit = time.monotonic(), STARTUP_LIMIT
@@ -211,6 +276,7 @@ def _launch(spec: dict, limits: Limits, env: dict, questions: Dict[str, Question
             break
         time.sleep(0.05)
     tree.kill()
+    out.unblock()
     out.join(timeout=2)
     return events, killed, proc.returncode, out.text()
 
@@ -237,18 +303,8 @@ def _sweep_shm():
         pass
 
 
-def grade_notebook(notebook, lesson: str, questions: List[Question], limits: Limits = Limits(),
-                   hidden_dir=None, seed: int = 0, start_method: Optional[str] = None,
-                   hidden: bool = True) -> NotebookGrade:
-    """Execute ``notebook`` and grade ``questions`` in sandboxed subprocesses (see module doc)."""
-    t0 = time.monotonic()
-    deadline = t0 + limits.total_timeout
-    qmap = {q.qid: q for q in questions}
-    remaining = [q.qid for q in questions]
-    results: Dict[str, QuestionResult] = {}
-    notes: List[str] = []
-    outputs: List[str] = []
-    skip: List[int] = []
+def runner_env(seed: int = 0, start_method: Optional[str] = None) -> dict:
+    """Environment of the grading subprocesses: quiet, single-threaded BLAS, seeded hashing."""
     env = dict(os.environ)
     env.update({"COURSE_GRADING": "1", "MPLBACKEND": "Agg", "PYTHONHASHSEED": str(seed),
                 "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
@@ -257,6 +313,35 @@ def grade_notebook(notebook, lesson: str, questions: List[Question], limits: Lim
     env.pop("MPLINLINE", None)
     if start_method:
         env["COURSE_START_METHOD"] = start_method
+    return env
+
+
+def start_zygote(seed: int = 0):
+    """A zygote that forks pre-loaded runners (POSIX), or None where fork is unavailable."""
+    if os.name != "posix" or not hasattr(os, "fork") or os.environ.get("COURSE_GRADING_NO_ZYGOTE"):
+        return None
+    from .zygote import Zygote
+
+    return Zygote(runner_env(seed), str(REPO_ROOT))
+
+
+def grade_notebook(notebook, lesson: str, questions: List[Question], limits: Limits = Limits(),
+                   hidden_dir=None, seed: int = 0, start_method: Optional[str] = None,
+                   hidden: bool = True, zygote=None) -> NotebookGrade:
+    """Execute ``notebook`` and grade ``questions`` in sandboxed subprocesses (see module doc).
+
+    ``zygote`` (from :func:`start_zygote`) makes each start cheap; without it every attempt is
+    a fresh ``python -m course_lib.grading.runner``.
+    """
+    t0 = time.monotonic()
+    deadline = t0 + limits.total_timeout
+    qmap = {q.qid: q for q in questions}
+    remaining = [q.qid for q in questions]
+    results: Dict[str, QuestionResult] = {}
+    notes: List[str] = []
+    outputs: List[str] = []
+    skip: List[int] = []
+    env = runner_env(seed, start_method)
 
     def fail(qid, status, message, tb=""):
         q = qmap[qid]
@@ -276,7 +361,7 @@ def grade_notebook(notebook, lesson: str, questions: List[Question], limits: Lim
                     "hidden_dir": str(hidden_dir) if hidden_dir else None, "hidden": hidden,
                     "cell_timeout": limits.cell_timeout, "seed": seed,
                     "timeouts": {q: limits.timeout for q in remaining} if limits.timeout else {}}
-            events, killed, rc, output = _launch(spec, limits, env, qmap, tmp, deadline)
+            events, killed, rc, output = _launch(spec, limits, env, qmap, tmp, deadline, zygote)
             outputs.append(output)
             for e in events:
                 if e.get("event") == "cell_end" and e.get("error"):

@@ -325,3 +325,18 @@ def test_64_node_processes_with_fd_limit_1024(topology, tmp_path):
     out = subprocess.run([sys.executable, str(script), topology], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("OK"), out.stdout + out.stderr[-2000:]
+
+
+def test_a_cluster_is_reused_and_must_have_the_graph():
+    from course_lib import Cluster
+
+    G = gs.ring(5)
+    x0 = random_x0(5, 1)
+    with Cluster(5, graph=G, start_method="fork") as c:
+        a = gs.run_gossip(G, x0, 5, cluster=c)
+        b = gs.run_gossip(G, 2 * x0, 5, cluster=c)
+        assert np.array_equal(2 * a.traj, b.traj)
+        with pytest.raises(ValueError, match="graph differs"):
+            gs.run_gossip(gs.path(5), x0, 5, cluster=c)
+        with pytest.raises(ValueError, match="5 workers"):
+            gs.run_gossip(gs.ring(4), x0[:4], 5, cluster=c)

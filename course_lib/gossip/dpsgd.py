@@ -54,12 +54,13 @@ class LeastSquares:
 
 
 def make_least_squares(n_samples: int, dim: int, n_nodes: int, noise: float = 0.1,
-                       iid: bool = True, seed: int = 0) -> LeastSquares:
+                       iid: bool = True, seed: int = 0, heterogeneity: float = 0.0) -> LeastSquares:
     """Synthetic y = X w_true + noise, split in ``n_nodes`` contiguous shards.
 
     ``iid=False`` sorts the rows by their first feature before splitting, so every node
-    sees a different part of the input space and the local optima disagree: this is where
-    the topology shows in D-PSGD.
+    sees a different part of the input space. ``heterogeneity=h`` gives shard ``i`` its own
+    truth ``w_true + h * u_i`` (``u_i`` random, unit scale): the local optima disagree, and
+    that is where the topology shows in D-PSGD.
     """
     if n_samples < n_nodes:
         raise ValueError(f"need at least one sample per node: {n_samples} < {n_nodes}")
@@ -72,6 +73,9 @@ def make_least_squares(n_samples: int, dim: int, n_nodes: int, noise: float = 0.
         X, y = X[order], y[order]
     bounds = np.linspace(0, n_samples, n_nodes + 1).round().astype(int)
     shards = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+    if heterogeneity:
+        for a, b in shards:
+            y[a:b] += X[a:b] @ (heterogeneity * rng.standard_normal(dim))
     w_opt = np.linalg.lstsq(X, y, rcond=None)[0]
     f_opt = float(0.5 * np.mean((X @ w_opt - y) ** 2))
     return LeastSquares(np.ascontiguousarray(X), np.ascontiguousarray(y), shards, w_opt, f_opt)

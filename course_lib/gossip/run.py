@@ -50,11 +50,27 @@ def _cluster(n, G, cluster, start_method, **kw):
     if cluster is not None:
         if cluster_size(cluster) != n:
             raise ValueError(f"the cluster has {cluster_size(cluster)} workers but the graph {n} nodes")
+        _check_same_edges(cluster, G)
         yield cluster
         return
     from course_lib import Cluster
     with Cluster(n, start_method=start_method, graph=G, **kw) as c:
         yield c
+
+
+def _edges(G):
+    return {tuple(sorted(e)) for e in G.edges}
+
+
+def _check_same_edges(cluster, G):
+    """The workers talk to every Pipe they have, so the cluster's graph must be G itself."""
+    import networkx as nx
+
+    H = getattr(cluster, "graph", None)
+    if H is None:   # full mesh
+        H = nx.complete_graph(cluster_size(cluster))
+    if _edges(H) != _edges(G):
+        raise ValueError("the cluster's graph differs from G: start it with Cluster(n, graph=G)")
 
 
 def cluster_size(cluster):
@@ -119,16 +135,16 @@ def run_dpsgd(G, problem: LeastSquares, steps: int, lr: float, batch: int, seed:
 
 
 def run_centralised_sgd(problem: LeastSquares, steps: int, lr: float, batch: int, seed: int = 0,
-                        asynchronous: bool = False, *, start_method=None, **run_kw) -> GossipRun:
+                        asynchronous: bool = False, *, cluster=None, start_method=None, **run_kw) -> GossipRun:
     """Server + n workers on a star of n+1 processes (sync: lesson 01; async: lesson 03).
 
-    The trajectory is the server's w, shape (steps+1, d).
+    The trajectory is the server's w, shape (steps+1, d). A given ``cluster`` must be
+    ``Cluster(n + 1, graph=nx.star_graph(n))``.
     """
     import networkx as nx
-    from course_lib import Cluster
 
     n = problem.n_nodes
-    with Cluster(n + 1, start_method=start_method, graph=nx.star_graph(n)) as c:
+    with _cluster(n + 1, nx.star_graph(n), cluster, start_method) as c:
         X, y = _shared(c, problem.X), _shared(c, problem.y)
         res = c.run(centralised_sgd_worker, X, y, problem.shards, steps, lr, batch, seed,
                     asynchronous, **run_kw)

@@ -209,14 +209,22 @@ def test_resume_refuses_another_job(tmp_path, cluster5):
 
 def test_straggler_sets_the_pace(cluster5):
     X, y = make_least_squares(40_000, 50, seed=0)[:2]
-    fast = mapreduce_gd(cluster5, "least_squares", X, y, iters=8)
-    slow = mapreduce_gd(cluster5, "least_squares", X, y, iters=8, slow={3: 6.0})
-    t_fast, t_slow = np.median(fast.time_per_iteration[1:]), np.median(slow.time_per_iteration[1:])
-    shard = [e.duration for e in slow.timeline if e.rank == 3 and e.kind == "compute"]
-    # the iteration lasts at least as long as the slowest map, and far longer than without it
-    assert t_slow >= 0.9 * np.median(shard)
-    assert t_slow > 2.0 * t_fast
+    iters = 6
+    fast = mapreduce_gd(cluster5, "least_squares", X, y, iters=iters)
+    slow = mapreduce_gd(cluster5, "least_squares", X, y, iters=iters, slow={3: 10.0})
     assert np.array_equal(fast.w, slow.w)
+
+    def phases(run, rank):
+        return [e for e in run.timeline if e.rank == rank and e.kind == "compute"]
+
+    maps3, reduces = phases(slow, 3), phases(slow, 0)
+    assert len(maps3) == len(reduces) == iters
+    # synchronous: no reduce starts before the straggler's map of that iteration has ended
+    assert all(r.start >= m.end for m, r in zip(maps3, reduces))
+    # every iteration lasts at least the straggler's map, and the others spend most of it waiting
+    assert np.all(slow.time_per_iteration >= [m.duration for m in maps3])
+    busy1 = sum(e.duration for e in phases(slow, 1))
+    assert busy1 < 0.5 * sum(m.duration for m in maps3)
 
 
 def test_bad_input(cluster5):

@@ -26,9 +26,23 @@ def _per_iteration(cluster, X, Y):
 
 
 def measure() -> dict:
-    from course_lib.mapreduce import pin_blas
+    import os
 
-    pin_blas(1)
+    from course_lib.mapreduce.blas import BLAS_VARS, pin_blas
+
+    saved = {v: os.environ.get(v) for v in BLAS_VARS}
+    pin_blas(1)  # inherited by the spawned workers; restored below for the other benchmarks
+    try:
+        return _measure()
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
+def _measure() -> dict:
     from course_lib import Cluster, SharedArray
     from course_lib.mapreduce import make_least_squares
     from course_lib.probe import effective_parallelism

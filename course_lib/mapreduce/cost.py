@@ -20,6 +20,9 @@ pays one latency on the way (the p latencies of one direction overlap, so 2 in t
 
 is the time everyone waits for the slowest worker, which is s_max times slower than the
 others: a synchronous iteration ends when its slowest map ends.
+
+With ``cores`` set (the machine's effective cores), every T_compute / p becomes
+T_compute / min(p, cores): more workers than cores take turns on the same cores.
 """
 from __future__ import annotations
 
@@ -78,7 +81,7 @@ class CostModel:
         return 2 * self.latency + wire + p * self.overhead
 
     def sync(self, p, slowest=1.0):
-        """Waiting for a worker ``slowest`` times slower than the rest."""
+        """Waiting for a worker ``slowest`` times slower than the rest: (slowest - 1) * compute(p)."""
         if slowest < 1:
             raise ValueError(f"slowest must be >= 1, got {slowest!r}")
         return (slowest - 1.0) * self.compute(p)

@@ -12,6 +12,8 @@ anyone asks for them wait in ``_pending`` (as MPI's unexpected-message queue).
 from __future__ import annotations
 
 import logging
+import selectors
+import sys
 import threading
 import time
 from collections import deque
@@ -86,6 +88,11 @@ class Comm(CollectivesMixin):
         self._send_locks = {r: threading.Lock() for r in links}
         self._control = control
         self._dead: set[int] = set()
+        self._selector = None
+        if links and hasattr(links[next(iter(links))], "fileno") and sys.platform != "win32":
+            self._selector = selectors.DefaultSelector()
+            for peer, conn in links.items():
+                self._selector.register(conn, selectors.EVENT_READ, peer)
         self.logger = logger or logging.getLogger(f"rank{rank}")
         self._begin_run(0, time.perf_counter(), Network(), {}, {}, True)
 
@@ -93,12 +100,25 @@ class Comm(CollectivesMixin):
     def _begin_run(self, run_id, t0, network, slow, faults, trace):
         self._run_id, self._t0 = run_id, t0
         self._network = network
+        self._instant = network.is_instant
         self._slow = float(slow.get(self.rank, 1.0))
         self._fault = faults.get(self.rank)
         self._pending: deque[_Message] = deque()
-        self.stats = Stats(self.size)
+        # plain Python counters per destination: cheaper per message than numpy items
+        self._sent_bytes = [0] * self.size
+        self._sent_msgs = [0] * self.size
+        self._sent_header = [0] * self.size
         self._tracer = Tracer(self.rank, t0, enabled=trace)
         self.step = 0
+
+    @property
+    def stats(self) -> Stats:
+        """This rank's traffic so far in the run (row ``rank`` of the cluster's Stats)."""
+        out = Stats(self.size)
+        out.bytes[self.rank] = self._sent_bytes
+        out.messages[self.rank] = self._sent_msgs
+        out.header_bytes[self.rank] = self._sent_header
+        return out
 
     @property
     def neighbors(self) -> list[int]:
@@ -116,8 +136,8 @@ class Comm(CollectivesMixin):
 
     # -- validation ------------------------------------------------------------
     def _check_peer(self, peer, what: str, allow_any: bool = False) -> None:
-        if allow_any and peer == ANY_SOURCE:
-            return
+        if type(peer) is int and (peer in self._links or (allow_any and peer == ANY_SOURCE)):
+            return  # the common case, checked first because every message pays for it
         if isinstance(peer, bool) or not isinstance(peer, int):
             raise TypeError(f"rank {self.rank}: {what} must be an int rank, got {peer!r}")
         if not 0 <= peer < self.size:
@@ -132,6 +152,8 @@ class Comm(CollectivesMixin):
 
     @staticmethod
     def _check_tag(tag, allow_any: bool = False) -> None:
+        if type(tag) is int and (tag >= 0 or (allow_any and tag == ANY_TAG)):
+            return
         if isinstance(tag, bool) or not isinstance(tag, int) or (tag < 0 and not (allow_any and tag == ANY_TAG)):
             raise ValueError(f"tag must be an int >= 0, got {tag!r}")
 
@@ -218,8 +240,8 @@ class Comm(CollectivesMixin):
 
     # -- internals used by collectives ----------------------------------------
     def _stamp(self, dest: int, start: float, busy_until: list):
-        if self._network.is_instant:
-            return lambda nbytes: 0.0
+        if self._instant:
+            return None
 
         def stamp(nbytes):
             transmit, latency = self._network.cost(self.rank, dest, nbytes)
@@ -234,14 +256,16 @@ class Comm(CollectivesMixin):
             start = time.perf_counter()
             busy_until: list = []
             try:
-                payload, header = wire.send(conn, (self._run_id, context, tag), obj,
+                payload, header = wire.send(conn, self._run_id, context, tag, obj,
                                             self._stamp(dest, start, busy_until))
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError) as exc:
                 self._dead.add(dest)
                 raise PeerLost(dest, "send") from exc
             if busy_until:  # the emulated link is busy for nbytes / bandwidth
                 _sleep_until(busy_until[0])
-            self.stats.record(self.rank, dest, payload, header)
+            self._sent_bytes[dest] += payload
+            self._sent_msgs[dest] += 1
+            self._sent_header[dest] += header
             self._tracer.add("send", start, time.perf_counter(), "", dest, payload)
 
     def _isend(self, obj, dest: int, tag: int, context: int) -> Request:
@@ -268,19 +292,33 @@ class Comm(CollectivesMixin):
 
     def _read_one(self, peer: int) -> None:
         """Read one message from ``peer`` into the pending queue."""
-        read_start = time.perf_counter()
         try:
-            (run_id, context, tag, ready_at), obj, nbytes = wire.recv(self._links[peer])
+            run_id, context, tag, ready_at, obj, nbytes, read_start = wire.recv(self._links[peer])
         except (EOFError, ConnectionResetError, OSError) as exc:
-            self._dead.add(peer)
+            self._mark_dead(peer)
             raise PeerLost(peer) from exc
         if run_id == self._run_id:  # drop stragglers from an earlier, aborted run
             self._pending.append(_Message(peer, context, tag, obj, ready_at, nbytes, read_start, time.perf_counter()))
 
-    def _drain_available(self) -> None:
+    def _mark_dead(self, peer: int) -> None:
+        if peer not in self._dead:
+            self._dead.add(peer)
+            if self._selector is not None:
+                try:
+                    self._selector.unregister(self._links[peer])
+                except (KeyError, ValueError, OSError):
+                    pass
+
+    def _ready(self, timeout):
+        """Neighbours with bytes waiting (one select call on all live links)."""
+        if self._selector is not None:
+            return [key.data for key, _ in self._selector.select(timeout)]
         live = {self._links[p]: p for p in self._links if p not in self._dead}
-        for conn in wait_for(list(live), timeout=0):
-            self._read_one(live[conn])
+        return [live[c] for c in wait_for(list(live), timeout=timeout)]
+
+    def _drain_available(self) -> None:
+        for peer in self._ready(0):
+            self._read_one(peer)
 
     def _recv(self, source: int, tag: int, context: int):
         """Block until a matching message is delivered; return (source, tag, obj)."""
@@ -288,16 +326,14 @@ class Comm(CollectivesMixin):
         msg = self._match(source, tag, context)
         while msg is None:
             if source == ANY_SOURCE:
-                peers = [p for p in self._links if p not in self._dead]
-                if not peers:
+                if len(self._dead) == len(self._links):
                     raise PeerLost(-1, "recv: no live neighbour left")
+                for peer in self._ready(None):
+                    self._read_one(peer)
             else:
                 if source in self._dead:
                     raise PeerLost(source)
-                peers = [source]
-            conns = {self._links[p]: p for p in peers}
-            for conn in wait_for(list(conns)):
-                self._read_one(conns[conn])
+                self._read_one(source)  # a blocking read: the time until bytes arrive is "wait"
             msg = self._match(source, tag, context)
         # Blocked until the bytes started to arrive: "wait"; reading them: "recv";
         # then, on an emulated network, waiting for the modelled delivery time: "wait".

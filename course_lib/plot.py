@@ -39,8 +39,8 @@ def timeline(run, ax=None, kinds=("compute", "send", "recv", "wait"), title: str
     ax.set_yticklabels([f"rank {r}" for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel("time since the run started (s)")
-    ax.legend(handles=[Patch(color=COLORS[k], label=k) for k in kinds], loc="upper center",
-              bbox_to_anchor=(0.5, -0.28 if len(ranks) < 4 else -0.12), ncol=len(kinds), frameon=False)
+    ax.legend(handles=[Patch(color=COLORS[k], label=k) for k in kinds], loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
     if title:
         ax.set_title(title)
     ax.grid(axis="x", alpha=0.3, zorder=0)

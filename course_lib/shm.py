@@ -18,6 +18,7 @@ import atexit
 import os
 import secrets
 import sys
+import threading
 import weakref
 from multiprocessing import shared_memory
 
@@ -28,6 +29,7 @@ SHM_DIR = "/dev/shm"
 
 _owned: dict[str, shared_memory.SharedMemory] = {}  # segments this process created
 _attached: dict[str, shared_memory.SharedMemory] = {}  # segments this process attached
+_attach_lock = threading.Lock()
 _kept_for_views: list = []  # released segments whose memory is still viewed by arrays
 
 
@@ -42,11 +44,26 @@ def _attach(name: str) -> shared_memory.SharedMemory:
         if sys.version_info >= (3, 13):
             _attached[name] = shared_memory.SharedMemory(name=name, track=False)
         else:
-            # Before 3.13 attaching registers the name with the resource tracker, which
-            # the worker shares with its parent; registering twice is harmless, while
-            # unregistering here would break the parent's crash cleanup. So: do nothing.
-            _attached[name] = shared_memory.SharedMemory(name=name)
+            _attached[name] = _attach_untracked(name)
     return _attached[name]
+
+
+def _attach_untracked(name: str) -> shared_memory.SharedMemory:
+    """Attach without registering with a resource tracker (what ``track=False`` does in 3.13).
+
+    Before 3.13 attaching registers the name. Under forkserver each worker then starts
+    a tracker of its own, which *unlinks the parent's segment* when the worker exits.
+    Registering is skipped, never undone: unregistering could break the parent's cleanup.
+    """
+    from multiprocessing import resource_tracker
+
+    with _attach_lock:
+        register = resource_tracker.register
+        resource_tracker.register = lambda *args, **kwargs: None
+        try:
+            return shared_memory.SharedMemory(name=name)
+        finally:
+            resource_tracker.register = register
 
 
 class SharedArray:

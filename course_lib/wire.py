@@ -1,27 +1,29 @@
-"""How objects cross a Pipe: a small header frame, then raw buffers.
+"""How objects cross a Pipe: one small header frame, then raw buffers.
 
-A numpy array is never pickled: its header (dtype, shape) goes in one frame and its
-memory goes in a second frame with ``send_bytes``; the receiver allocates an empty array
-and fills it with ``recv_bytes_into`` (one copy, from the socket into the array).
+A numpy array is never pickled: the header frame carries its dtype and shape, a second
+frame carries its memory (``send_bytes``), and the receiver allocates an empty array and
+fills it with ``recv_bytes_into`` (one copy, from the socket into the array).
 Any other object is pickled with protocol 5, so arrays *inside* it also travel as
-out-of-band raw buffers rather than inside the pickle.
+out-of-band raw frames rather than inside the pickle; a small object is a single frame.
 
-Frame 1 is always ``pickle((envelope, kind, meta))``; ``kind`` says what follows.
-The payload size counted in the statistics is:
+Header frame = fixed struct prefix ``(kind, run_id, context, tag, ready_at, n_buffers)``,
+then ``n_buffers`` buffer sizes, then the meta (array: dtype/shape pickle; object: pickle).
+
+Payload size counted in the statistics:
   * an ndarray: exactly ``arr.nbytes``;
   * any other object: the pickle's length plus its out-of-band buffers.
 """
 from __future__ import annotations
 
 import pickle
+import struct
+import time
 
 import numpy as np
 
 ARRAY, OBJECT = 0, 1
-
-
-def _contiguous(arr: np.ndarray) -> np.ndarray:
-    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+_PREFIX = struct.Struct("<BqiidI")  # kind, run_id, context, tag, ready_at, n_buffers
+_SIZE = struct.Struct("<Q")
 
 
 def _bytes_view(arr: np.ndarray) -> memoryview:
@@ -29,17 +31,17 @@ def _bytes_view(arr: np.ndarray) -> memoryview:
     return memoryview(arr.reshape(-1).view(np.uint8))
 
 
-def send(conn, envelope, obj, stamp=None) -> tuple[int, int]:
+def send(conn, run_id: int, context: int, tag: int, obj, stamp=None) -> tuple[int, int]:
     """Send ``obj`` on ``conn``; return (payload_bytes, header_bytes).
 
-    ``stamp(payload_bytes)``, when given, returns a value appended to the envelope
-    (the emulated network uses it to tell the receiver when the message "arrives").
+    ``stamp(payload_bytes)``, when given, returns the time at which the (emulated)
+    network delivers the message; it travels in the header.
     """
     if type(obj) is np.ndarray and not obj.dtype.hasobject:
-        arr = _contiguous(obj)
-        if stamp is not None:
-            envelope = envelope + (stamp(arr.nbytes),)
-        header = pickle.dumps((envelope, ARRAY, (arr.dtype.str, arr.shape)), protocol=5)
+        arr = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
+        ready_at = stamp(arr.nbytes) if stamp else 0.0
+        meta = pickle.dumps((arr.dtype.str, arr.shape), protocol=5)
+        header = _PREFIX.pack(ARRAY, run_id, context, tag, ready_at, 0) + meta
         conn.send_bytes(header)
         if arr.nbytes:
             conn.send_bytes(_bytes_view(arr))
@@ -47,33 +49,41 @@ def send(conn, envelope, obj, stamp=None) -> tuple[int, int]:
     buffers: list[pickle.PickleBuffer] = []
     body = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     raws = [b.raw() for b in buffers]
-    sizes = tuple(r.nbytes for r in raws)
-    if stamp is not None:
-        envelope = envelope + (stamp(len(body) + sum(sizes)),)
-    header = pickle.dumps((envelope, OBJECT, (body, sizes)), protocol=5)
-    conn.send_bytes(header)
+    payload = len(body) + sum(r.nbytes for r in raws)
+    ready_at = stamp(payload) if stamp else 0.0
+    prefix = _PREFIX.pack(OBJECT, run_id, context, tag, ready_at, len(raws))
+    prefix += b"".join(_SIZE.pack(r.nbytes) for r in raws)
+    conn.send_bytes(prefix + body)
     for r in raws:
         if r.nbytes:
             conn.send_bytes(r)
-    return len(body) + sum(sizes), len(header) - len(body)
+    return payload, len(prefix)
 
 
 def recv(conn):
-    """Receive one message; return (envelope, obj, payload_bytes)."""
-    envelope, kind, meta = pickle.loads(conn.recv_bytes())
+    """Receive one message.
+
+    Returns (run_id, context, tag, ready_at, obj, payload_bytes, t_header): ``t_header``
+    is when the header frame had arrived (before it the receiver was only waiting).
+    """
+    frame = conn.recv_bytes()
+    t_header = time.perf_counter()
+    kind, run_id, context, tag, ready_at, nbuf = _PREFIX.unpack_from(frame)
+    offset = _PREFIX.size
     if kind == ARRAY:
-        dtype, shape = meta
+        dtype, shape = pickle.loads(frame[offset:])
         arr = np.empty(shape, dtype=np.dtype(dtype))
         if arr.nbytes:
             n = conn.recv_bytes_into(_bytes_view(arr))
             if n != arr.nbytes:  # pragma: no cover - protocol corruption
                 raise RuntimeError(f"expected {arr.nbytes} bytes, got {n}")
-        return envelope, arr, arr.nbytes
-    body, sizes = meta
+        return run_id, context, tag, ready_at, arr, arr.nbytes, t_header
+    sizes = [_SIZE.unpack_from(frame, offset + 8 * i)[0] for i in range(nbuf)]
+    body = memoryview(frame)[offset + 8 * nbuf:]
     bufs = []
     for size in sizes:
-        buf = bytearray(size)
+        buf = bytearray(size)  # writable, so arrays inside objects are writable too
         if size:
             conn.recv_bytes_into(buf)
         bufs.append(buf)
-    return envelope, pickle.loads(body, buffers=bufs), len(body) + sum(sizes)
+    return run_id, context, tag, ready_at, pickle.loads(body, buffers=bufs), len(body) + sum(sizes), t_header

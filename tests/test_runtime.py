@@ -518,3 +518,16 @@ def test_start_method_from_environment(monkeypatch):
     with Cluster(1) as c:
         assert c.start_method == "spawn"
         assert c.run(whoami, 0)[0] == (0, 1, 0)
+
+
+@pytest.mark.parametrize("start_method", METHODS)
+def test_worker_exit_never_unlinks_the_parents_segment(start_method):
+    """Under forkserver (Python < 3.13) a worker's own resource tracker would unlink it."""
+    with Cluster(2, start_method=start_method) as c:
+        sa = c.share(np.arange(6.0))
+        assert c.run(lambda comm, a: float(a.array.sum()), sa)[0] == 15.0
+        c.restart()  # the old workers exit
+        time.sleep(0.3)
+        assert sa.name in shm.list_segments()
+        assert c.run(lambda comm, a: float(a.array.sum()), sa)[1] == 15.0
+    assert sa.name not in shm.list_segments()

@@ -259,3 +259,20 @@ def test_data_parallel_step_equals_serial(mode, net):
     assert res.stats.total_bytes == 2 * (p - 1) * n * 8
     if mode == "server":
         assert res.stats.bytes_sent(0) == (p - 1) * n * 8
+
+
+def test_run_on_first_ranks_of_a_bigger_cluster(net):
+    params, X, T, cache, g = net
+    with cl.Cluster(4) as cluster:
+        for p in (1, 3):
+            res = mp.run_on(cluster, p, mp.tp_mlp_step, params, X, T)
+            assert len(res) == p
+            assert maxdiff(mp.assemble_grads(res)["W1"], g["W1"]) < TOL
+            assert res.stats.total_bytes == mp.tp_step_bytes(8, 5, 3, p)
+            assert res.stats.bytes[p:].sum() == 0 and res.stats.bytes[:, p:].sum() == 0
+        # a worker that refuses (over its memory budget) does not break the cluster
+        with pytest.raises(cl.WorkerError, match="budget"):
+            mp.run_on(cluster, 1, mp.mf_worker, 24, 18, 3, epochs=1, budget_bytes=100)
+        assert len(mp.run_on(cluster, 2, mp.pipeline_step, mp.init_deep([5, 4, 3]), X, T, 2)) == 2
+        with pytest.raises(ValueError, match="between 1 and"):
+            mp.run_on(cluster, 5, mp.tp_mlp_step, params, X, T)

@@ -6,6 +6,7 @@
 * :mod:`.block_mf`   a matrix too large for one worker: blocks owned by workers (DSGD)
 * :mod:`.pipeline`   GPipe and 1F1B schedules, exact bubble, measured bubble
 * :mod:`.strategies` data parallelism on the same network, for the comparison table
+* :mod:`.group`      run a p-worker program on the first p workers of a bigger cluster
 """
 from .mlp import init_mlp, make_data, forward, backward, loss, init_deep, deep_forward_backward, param_bytes
 from .exchange import (ring_allgather, ring_reduce_scatter, ring_allreduce,
@@ -17,5 +18,6 @@ from .pipeline import (SCHEDULES, stage_ops, simulate, bubble_formula, measured_
                        stage_layers, pipeline_step, assemble_pipeline_grads)
 from .block_mf import mf_serial, mf_worker, mf_bytes_per_worker, mf_full_bytes
 from .strategies import data_parallel_step
+from .group import FirstRanks, run_on
 
 __all__ = [n for n in dir() if not n.startswith("_")]

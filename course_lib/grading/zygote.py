@@ -28,7 +28,9 @@ def _child(req: dict, ctl_fd: int) -> None:
     try:
         os.setsid()
         os.close(ctl_fd)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+        # Python's own defaults (SIGPIPE stays ignored, as Python sets it: a broken pipe is an exception)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in (signal.SIGTERM, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         try:
             import resource

@@ -186,6 +186,18 @@ def test_killed_worker_is_reexecuted_with_identical_result(cluster5):
     assert len(later) == 12 - 5
 
 
+def test_raising_worker_is_given_up_after_task_timeout(cluster5):
+    # a worker whose fn raised keeps its Pipe open: only a timeout tells the server
+    X, y = data("least_squares", n=301)
+    clean = mapreduce_gd(cluster5, "least_squares", X, y, iters=6)
+    hurt = mapreduce_gd(cluster5, "least_squares", X, y, iters=6, task_timeout=1.0,
+                        faults={3: cl.Fault("raise", step=2)})
+    assert set(hurt.failures) == {3} and np.array_equal(hurt.w, clean.w)
+    assert hurt.reexecuted == [{"iteration": 2, "shard": 2, "dead_rank": 3, "new_rank": 1}]
+    with pytest.raises(ValueError, match="task_timeout"):
+        mapreduce_gd(cluster5, "least_squares", X, y, task_timeout=0)
+
+
 def test_server_death_resumes_from_checkpoint(tmp_path, cluster5):
     X, y = data("logistic", n=401)
     clean = mapreduce_gd(cluster5, "logistic", X, y, iters=20)

@@ -11,11 +11,16 @@ which re-executes the map of this iteration (traced as ``"map shard k (re-execut
 and keeps those shards from then on. The reduce always runs in shard order, so the final
 w is bit-for-bit the one of a run without the fault.
 
+A worker whose fn raised stays alive with its Pipe open, so the server cannot see it die;
+``task_timeout`` makes the server give up on any worker that has not answered that many
+seconds after the broadcast (the master's timeouts in the MapReduce paper).
+
 Checkpoints: with ``checkpoint_dir`` and ``checkpoint_every=k`` the server saves
 (w, iteration, losses) every k iterations; ``resume=True`` restarts from the last one.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,13 +69,17 @@ class GDResult:
 
 
 def mapreduce_gd(cluster, problem, X, y, iters=100, lr=None, w0=None, reduce="sum",
-                 checkpoint_dir=None, checkpoint_every=None, resume=False, **run_kw) -> GDResult:
+                 checkpoint_dir=None, checkpoint_every=None, resume=False, task_timeout=None,
+                 **run_kw) -> GDResult:
     """Run ``iters`` iterations of synchronous MapReduce GD on ``cluster`` (size M + 1).
 
     X, y: SharedArray (recommended: create them once, reuse across runs) or numpy arrays
     (then copied into shared memory for this call and freed after it).
     run_kw: per-run knobs passed to ``cluster.run``: network, slow, faults, timeout, on_failure.
     With faults and no on_failure given, on_failure="continue" (the server must survive).
+    task_timeout: seconds after the broadcast within which a worker must answer; a worker that
+    does not (its fn raised, or it is far too slow) is treated as failed and its shards are
+    re-executed elsewhere. None (default): only a worker whose process died counts as failed.
     """
     from course_lib import SharedArray
 
@@ -82,6 +91,8 @@ def mapreduce_gd(cluster, problem, X, y, iters=100, lr=None, w0=None, reduce="su
         raise ValueError("checkpoint_every needs a checkpoint_dir")
     if checkpoint_every is not None and not (isinstance(checkpoint_every, int) and checkpoint_every >= 1):
         raise ValueError(f"checkpoint_every must be an int >= 1, got {checkpoint_every!r}")
+    if task_timeout is not None and not task_timeout > 0:
+        raise ValueError(f"task_timeout must be > 0 seconds or None, got {task_timeout!r}")
     if "faults" in run_kw and "on_failure" not in run_kw:
         run_kw["on_failure"] = "continue"
 
@@ -95,7 +106,7 @@ def mapreduce_gd(cluster, problem, X, y, iters=100, lr=None, w0=None, reduce="su
         owned.append(y)
     try:
         res = cluster.run(_program, problem, X, y, int(iters), lr, w, reduce, start, prefix,
-                          checkpoint_dir, checkpoint_every, meta, **run_kw)
+                          checkpoint_dir, checkpoint_every, meta, task_timeout, **run_kw)
     finally:
         for sa in owned:
             sa.release()
@@ -131,16 +142,19 @@ def _prepare(problem, X, y, lr, w0, reduce, checkpoint_dir, resume):
     return lr, w, meta, start, prefix
 
 
-def _program(comm, problem, X, y, iters, lr, w, reduce, start, prefix, checkpoint_dir, checkpoint_every, meta):
+def _program(comm, problem, X, y, iters, lr, w, reduce, start, prefix, checkpoint_dir, checkpoint_every, meta,
+             task_timeout=None):
     """The SPMD program: rank 0 serves, the others map."""
     if comm.size < 2:
         raise ValueError("MapReduce GD needs a server and at least one worker: Cluster(M + 1) with M >= 1")
     if comm.rank == 0:
-        return _server(comm, len(X), iters, lr, w, reduce, start, prefix, checkpoint_dir, checkpoint_every, meta)
+        return _server(comm, len(X), iters, lr, w, reduce, start, prefix, checkpoint_dir, checkpoint_every, meta,
+                       task_timeout)
     return _worker(comm, problem, X, y, reduce)
 
 
-def _server(comm, n, iters, lr, w, reduce, start, prefix, checkpoint_dir, checkpoint_every, meta):
+def _server(comm, n, iters, lr, w, reduce, start, prefix, checkpoint_dir, checkpoint_every, meta,
+            task_timeout=None):
     from course_lib import PeerLost
 
     m = comm.size - 1
@@ -155,13 +169,14 @@ def _server(comm, n, iters, lr, w, reduce, start, prefix, checkpoint_dir, checkp
             except PeerLost:
                 pass  # found dead again below, when its answer does not come
         results = [None] * m
+        deadline = None if task_timeout is None else t0 + task_timeout
         for r in sorted(shards_of):  # gather, in rank order
             try:
                 for k in shards_of[r]:
-                    results[k] = comm.recv(source=r, tag=TAG_G)
-            except PeerLost:
+                    results[k] = _recv_by(comm, r, TAG_G, deadline)
+            except (PeerLost, TimeoutError):
                 pass
-        _reexecute(comm, w, t, results, shards_of, reexecuted)
+        _reexecute(comm, w, t, results, shards_of, reexecuted, task_timeout)
         label = "reduce + update"
         save = checkpoint_dir is not None and checkpoint_every and (t + 1) % checkpoint_every == 0
         with comm.compute(label + (" + checkpoint" if save else "")):
@@ -171,7 +186,7 @@ def _server(comm, n, iters, lr, w, reduce, start, prefix, checkpoint_dir, checkp
             if save:
                 ckpt.save(checkpoint_dir, w, t + 1, np.concatenate([prefix, losses]), meta)
         times.append(comm.now() - t0)
-    for r in sorted(shards_of):
+    for r in range(1, m + 1):  # also to a worker given up for silence: it may still be listening
         try:
             comm.send(_STOP, r, tag=TAG_STOP)
         except PeerLost:
@@ -180,7 +195,18 @@ def _server(comm, n, iters, lr, w, reduce, start, prefix, checkpoint_dir, checkp
             "shards_of": {r: list(s) for r, s in shards_of.items()}}
 
 
-def _reexecute(comm, w, t, results, shards_of, log):
+def _recv_by(comm, source, tag, deadline):
+    """recv, or TimeoutError once comm.now() passes deadline (polls; None: block)."""
+    if deadline is None:
+        return comm.recv(source=source, tag=tag)
+    while not comm.iprobe(source=source, tag=tag):
+        if comm.now() > deadline:
+            raise TimeoutError(f"rank {source} did not answer in time")
+        time.sleep(2e-4)
+    return comm.recv(source=source, tag=tag)
+
+
+def _reexecute(comm, w, t, results, shards_of, log, task_timeout=None):
     """Give the shards of dead workers to live ones and collect their maps of iteration t."""
     from course_lib import PeerLost
 
@@ -199,8 +225,9 @@ def _reexecute(comm, w, t, results, shards_of, log):
                 log.append({"iteration": t, "shard": k, "dead_rank": r, "new_rank": q})
                 try:
                     comm.send(([k], w), q, tag=TAG_RE)
-                    results[k] = comm.recv(source=q, tag=TAG_RG)
-                except PeerLost:
+                    deadline = None if task_timeout is None else comm.now() + task_timeout
+                    results[k] = _recv_by(comm, q, TAG_RG, deadline)
+                except (PeerLost, TimeoutError):
                     results[k] = None  # q died too: the next round hands its shards on
 
 

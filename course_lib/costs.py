@@ -166,12 +166,17 @@ def _halving_ranges(v: int, p2: int):
     return out
 
 
-def traffic(collective: str, algorithm: str, p: int, n: int, itemsize: int = 1, root: int = 0):
+def traffic(collective: str, algorithm: str, p: int, n: int, itemsize: int = 1, root: int = 0, ndim: int = 1):
     """Exact (bytes_sent, messages_sent) per rank, as two int arrays of length p.
 
     n counts elements of ``itemsize`` bytes: the vector of each rank for reductions and
     bcast, one block per rank for allgather/gather (equal blocks), and one item per
-    destination for scatter/alltoall (equal items). Chunks are cut as np.array_split."""
+    destination for scatter/alltoall (equal items). Chunks are cut as np.array_split.
+
+    The binomial scatters inside ``bcast/scatter_allgather`` and ``scatter/binomial`` tell
+    the non-roots what they receive with a header of (4 + ndim) int64 words per message
+    (``ndim`` of the broadcast array, or of one scattered row)."""
+    head = 8 * (4 + ndim)
     B = np.zeros(p, dtype=np.int64)
     M = np.zeros(p, dtype=np.int64)
     key = (collective, algorithm)
@@ -200,6 +205,7 @@ def traffic(collective: str, algorithm: str, p: int, n: int, itemsize: int = 1, 
             for ch in _children(vr, p):                       # binomial scatter of subtrees
                 low = ch & -ch
                 add(r, sum(c[ch:min(ch + low, p)]))
+                B[r] += head
             add(r, n - c[(vr + 1) % p], p - 1)                 # ring allgather
     elif key == ("scatter", "flat") or key == ("gather", "flat"):
         if collective == "scatter":
@@ -219,6 +225,7 @@ def traffic(collective: str, algorithm: str, p: int, n: int, itemsize: int = 1, 
             for ch in _children((r - root) % p, p):
                 low = ch & -ch
                 add(r, n * (min(ch + low, p) - ch))
+                B[r] += head
     elif key in (("allgather", "ring"), ("allgather", "bruck")):
         for r in range(p):
             add(r, n * (p - 1), p - 1 if algorithm == "ring" else lg(p))

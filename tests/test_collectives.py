@@ -284,7 +284,7 @@ def test_mpi4py_lowercase_semantics(cluster5):
 
 
 def _mismatch_shape(comm):
-    return comm.allreduce(np.zeros(4 if comm.rank == 2 else 5, np.float32), algorithm="ring")
+    return comm.allreduce(np.zeros(4 if comm.rank == 2 else 5, np.float32), algorithm="recursive_doubling")
 
 
 def _mismatch_dtype(comm):

@@ -1,17 +1,18 @@
 """What every collective algorithm needs from the messaging layer, and small helpers.
 
 An algorithm is a plain function ``alg(t, ...)`` of a *transport* ``t`` with
-``t.rank``, ``t.size`` and four calls:
+``t.rank``, ``t.size`` and three calls:
 
-* ``t.send(obj, dest, info=None)``
-* ``t.recv(source) -> obj``  and  ``t.recv_info(source) -> (obj, info)``
-* ``t.sendrecv(obj, dest, source, info=None) -> obj`` (both at once: never deadlocks,
-  however large the message; ``t.sendrecv_info`` also returns the info)
+* ``t.send(obj, dest)``
+* ``t.recv(source) -> obj``
+* ``t.sendrecv(obj, dest, source) -> obj`` (both at once: never deadlocks, however
+  large the message)
 
-``info`` is small metadata (block ids, shapes) that rides in the message envelope, like
-MPI's envelope (source, tag, count): it is not payload and is not counted as bytes.
-The same algorithm runs on real processes (``CollectivesMixin``) and in the in-process
-thread simulator (:mod:`course_lib.collectives.sim`) used by the fast unit tests.
+Messages carry nothing but their payload: whatever a receiver needs to interpret a
+message (block ids, shapes) it must know from the algorithm, as in MPI, where every
+rank knows the counts from the call's arguments. The same algorithm runs on real
+processes (``CollectivesMixin``) and in the in-process thread simulator
+(:mod:`course_lib.collectives.sim`) used by the fast unit tests.
 """
 from __future__ import annotations
 
@@ -42,26 +43,23 @@ def is_array(x) -> bool:
 
 
 def pack_blocks(blocks: dict):
-    """Several blocks in one message. Arrays of one dtype travel as one concatenated
-    array (payload = their bytes exactly); anything else as a list (pickled)."""
-    ids = sorted(blocks)
-    vals = [blocks[i] for i in ids]
-    if vals and all(is_array(v) for v in vals) and len({v.dtype for v in vals}) == 1:
-        flat = np.concatenate([v.reshape(-1) for v in vals])
-        return flat, ("arr", tuple((i, v.shape) for i, v in zip(ids, vals)))
-    return vals, ("obj", tuple(ids))
+    """Several blocks in one message, in block-id order. Arrays of one shape and dtype
+    travel as one concatenated array (payload = their bytes exactly); anything else as
+    a list (pickled)."""
+    vals = [blocks[i] for i in sorted(blocks)]
+    if vals and all(is_array(v) for v in vals) and len({(v.shape, v.dtype) for v in vals}) == 1:
+        return np.concatenate([v.reshape(-1) for v in vals])
+    return vals
 
 
-def unpack_blocks(payload, info) -> dict:
-    kind, meta = info
-    if kind == "obj":
-        return dict(zip(meta, payload))
-    out, start = {}, 0
-    for i, shape in meta:
-        size = int(np.prod(shape, dtype=np.int64))
-        out[i] = payload[start:start + size].reshape(shape)
-        start += size
-    return out
+def unpack_blocks(payload, ids, like) -> dict:
+    """Inverse of :func:`pack_blocks`: ``ids`` are the block ids the sender packed (known
+    from the algorithm), ``like`` a block of the same shape (the receiver's own)."""
+    ids = sorted(ids)
+    if is_array(payload) and is_array(like):
+        parts = payload.reshape(len(ids), -1) if ids else []
+        return {i: parts[k].reshape(like.shape) for k, i in enumerate(ids)}
+    return dict(zip(ids, payload))
 
 
 def fold_roles(p: int):

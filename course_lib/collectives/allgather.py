@@ -26,6 +26,11 @@ def ring(t, obj):
     return blocks
 
 
+def _blocks_of(u, extra):
+    """Real-rank ids of the blocks virtual rank u holds right after the fold."""
+    return [2 * u, 2 * u + 1] if u < extra else [u + extra]
+
+
 def recursive_doubling(t, obj):
     p, r = t.size, t.rank
     p2, extra, virt, real = fold_roles(p)
@@ -33,21 +38,19 @@ def recursive_doubling(t, obj):
     if r < 2 * extra:
         if r % 2 == 0:                       # sit out: hand my block up, get all back
             t.send(obj, r + 1)
-            payload, info = t.recv_info(r + 1)
-            held.update(unpack_blocks(payload, info))
+            held.update(unpack_blocks(t.recv(r + 1), [i for i in range(p) if i != r], obj))
             return [held[i] for i in range(p)]
         held[r - 1] = t.recv(r - 1)
     v = virt[r]
     m = 1
     while m < p2:
-        partner = real[v ^ m]
-        payload, info = pack_blocks(held)
-        got, ginfo = t.sendrecv_info(payload, partner, partner, info=info)
-        held.update(unpack_blocks(got, ginfo))
+        partner = v ^ m
+        ids = [i for u in range(p2) if u // m == partner // m for i in _blocks_of(u, extra)]
+        got = t.sendrecv(pack_blocks(held), real[partner], real[partner])
+        held.update(unpack_blocks(got, ids, obj))
         m *= 2
     if r < 2 * extra:
-        payload, info = pack_blocks({i: b for i, b in held.items() if i != r - 1})
-        t.send(payload, r - 1, info=info)
+        t.send(pack_blocks({i: b for i, b in held.items() if i != r - 1}), r - 1)
     return [held[i] for i in range(p)]
 
 
@@ -57,9 +60,8 @@ def bruck(t, obj):
     d = 1
     while d < p:
         k = min(d, p - d)
-        payload, info = pack_blocks(dict(enumerate(held[:k])))
-        got, ginfo = t.sendrecv_info(payload, (r - d) % p, (r + d) % p, info=info)
-        new = unpack_blocks(got, ginfo)
+        got = t.sendrecv(pack_blocks(dict(enumerate(held[:k]))), (r - d) % p, (r + d) % p)
+        new = unpack_blocks(got, range(k), obj)
         held.extend(new[j] for j in range(k))
         d *= 2
     return [held[(i - r) % p] for i in range(p)]

@@ -54,48 +54,64 @@ def bcast_binomial(t, obj, root=0):
     return obj
 
 
-def scatter_contiguous(t, flat, root, info=None):
+HEADER_WORDS = 4  # + ndim: the header of a scatter message, in int64 words
+
+
+def _header(n, dtype, kind, shape):
+    code = np.frombuffer(np.dtype(dtype).str.encode().ljust(8, b" "), dtype=np.int64)[0]
+    return np.array([n, code, kind, len(shape), *shape], dtype=np.int64)
+
+
+def _parse(msg):
+    words = msg[:HEADER_WORDS * 8].view(np.int64)
+    n, code, kind, ndim = (int(w) for w in words)
+    end = (HEADER_WORDS + ndim) * 8
+    shape = tuple(int(w) for w in msg[HEADER_WORDS * 8:end].view(np.int64))
+    dtype = np.dtype(np.int64(code).tobytes().decode().strip())
+    return n, dtype, kind, shape, msg[end:].view(dtype)
+
+
+def scatter_contiguous(t, flat, root, kind=0, shape=()):
     """Binomial scatter of a 1-D array cut into p chunks; relative rank v gets chunk v.
 
-    The root passes ``flat`` and ``info`` (carried along to every rank); returns
-    (my_chunk, info). Each message holds the chunks of the receiver's whole subtree."""
+    Non-roots know nothing about the data (mpi4py's non-roots pass None), so each message
+    starts with a small header: length, dtype, ``kind`` and ``shape`` chosen by the root,
+    (4 + len(shape)) int64 words. Each message holds the chunks of the receiver's whole
+    subtree. Returns (my_chunk, kind, shape, dtype)."""
     p, r = t.size, t.rank
     vr = (r - root) % p
     low = _lowbit(vr, p)
     if vr == 0:
-        b = chunk_bounds(flat.size, p)
+        n, dtype = flat.size, flat.dtype
         base = 0
     else:
-        (flat, meta) = t.recv_info((vr - low + root) % p)
-        info, b = meta
+        n, dtype, kind, shape, flat = _parse(t.recv((vr - low + root) % p))
+    b = chunk_bounds(n, p)
+    if vr:
         base = b[vr]
+    head = _header(n, dtype, kind, shape).view(np.uint8)
     m = low // 2
     while m >= 1:
         c = vr + m
         if c < p:
-            hi = min(c + m, p)
-            t.send(flat[b[c] - base:b[hi] - base], (c + root) % p, info=(info, b))
+            body = flat[b[c] - base:b[min(c + m, p)] - base]
+            t.send(np.concatenate([head, body.view(np.uint8)]), (c + root) % p)
         m //= 2
-    return flat[b[vr] - base:b[vr + 1] - base], (info, b)
+    return flat[b[vr] - base:b[vr + 1] - base], kind, shape, dtype
 
 
 def _to_flat(obj):
     if is_array(obj):
-        return np.ascontiguousarray(obj).reshape(-1), ("arr", obj.shape)
-    return np.frombuffer(pickle.dumps(obj, protocol=5), dtype=np.uint8), ("pickle", None)
-
-
-def _from_flat(flat, meta):
-    kind, shape = meta
-    return flat.reshape(shape) if kind == "arr" else pickle.loads(flat.tobytes())
+        return np.ascontiguousarray(obj).reshape(-1), 0, obj.shape
+    return np.frombuffer(pickle.dumps(obj, protocol=5), dtype=np.uint8), 1, ()
 
 
 def bcast_scatter_allgather(t, obj, root=0):
     p, r = t.size, t.rank
     if p == 1:
         return obj
-    flat, meta = _to_flat(obj) if r == root else (None, None)
-    mine, (meta, b) = scatter_contiguous(t, flat, root, meta)
+    flat, kind, shape = _to_flat(obj) if r == root else (None, 0, ())
+    mine, kind, shape, dtype = scatter_contiguous(t, flat, root, kind, shape)
     vr = (r - root) % p
     # ring allgather among relative ranks: pass on what came from the left
     chunks = [None] * p
@@ -106,7 +122,8 @@ def bcast_scatter_allgather(t, obj, root=0):
         chunks[(vr - s - 1) % p] = t.sendrecv(chunks[out], (right + root) % p, (left + root) % p)
     if r == root:
         return obj
-    return _from_flat(np.concatenate(chunks), meta)
+    full = np.concatenate(chunks).astype(dtype, copy=False)
+    return full.reshape(shape) if kind == 0 else pickle.loads(full.tobytes())
 
 
 # -- scatter / gather -------------------------------------------------------------------
@@ -129,36 +146,49 @@ def scatter_flat(t, seq, root=0):
 
 def scatter_binomial(t, seq, root=0):
     p, r = t.size, t.rank
+    if r == root:
+        _check_seq(seq, p)
+    # the root says whether it scatters the rows of one array (contiguous, no pickling)
+    # or a list of objects, in the first word of every message: non-roots learn it there
     vr = (r - root) % p
     low = _lowbit(vr, p)
     if r == root:
-        _check_seq(seq, p)
-        if is_array(seq) and seq.ndim >= 1:
-            # rows of one array: contiguous slices travel, no pickling
-            rel = np.concatenate([seq[root:], seq[:root]]) if root else seq
-            payload = np.ascontiguousarray(rel).reshape(-1)
-            meta = (seq.shape[1:], chunk_bounds(payload.size, p))
-        else:
-            items = list(seq)
-            payload, meta = items[root:] + items[:root], None   # payload[v] -> relative rank v
+        rows = is_array(seq) and seq.ndim >= 1
     else:
-        payload, meta = t.recv_info((vr - low + root) % p)
+        first = t.recv((vr - low + root) % p)
+        rows = is_array(first)
+    if rows:
+        if r == root:
+            rel = np.concatenate([seq[root:], seq[:root]]) if root else seq
+            mine, _, shape, _ = _scatter_rows(t, np.ascontiguousarray(rel).reshape(-1), root, seq.shape[1:],
+                                              None)
+        else:
+            mine, _, shape, _ = _scatter_rows(t, None, root, None, first)
+        return mine.reshape(shape)
+    payload = first if r != root else (list(seq)[root:] + list(seq)[:root])   # payload[v] -> relative v
     m = low // 2
-    if meta is None:
-        while m >= 1:
-            c = vr + m
-            if c < p:
-                t.send(payload[c - vr:min(c + m, p) - vr], (c + root) % p)
-            m //= 2
-        return payload[0]
-    rowshape, b = meta
-    base = b[vr]
     while m >= 1:
         c = vr + m
         if c < p:
-            t.send(payload[b[c] - base:b[min(c + m, p)] - base], (c + root) % p, info=meta)
+            t.send(payload[c - vr:min(c + m, p) - vr], (c + root) % p)
         m //= 2
-    return payload[:b[vr + 1] - base].reshape(rowshape)
+    return payload[0]
+
+
+def _scatter_rows(t, flat, root, rowshape, first):
+    """scatter_contiguous, with the first message already received (non-roots)."""
+    class _Once:
+        def __init__(self, t, msg):
+            self.t, self.msg, self.rank, self.size = t, msg, t.rank, t.size
+
+        def recv(self, src):
+            msg, self.msg = self.msg, None
+            return msg if msg is not None else self.t.recv(src)
+
+        def send(self, obj, dest):
+            self.t.send(obj, dest)
+
+    return scatter_contiguous(_Once(t, first), flat, root, 0, () if rowshape is None else rowshape)
 
 
 def gather_flat(t, obj, root=0):
@@ -177,12 +207,11 @@ def gather_binomial(t, obj, root=0):
     m = 1
     while m < p:
         if vr & m:
-            payload, info = pack_blocks(held)
-            t.send(payload, (vr - m + root) % p, info=info)
+            t.send(pack_blocks(held), (vr - m + root) % p)
             return None
         if vr + m < p:
-            payload, info = t.recv_info((vr + m + root) % p)
-            held.update(unpack_blocks(payload, info))
+            ids = range(vr + m, min(vr + 2 * m, p))
+            held.update(unpack_blocks(t.recv((vr + m + root) % p), ids, obj))
         m *= 2
     return [held[(src - root) % p] for src in range(p)]
 

@@ -8,20 +8,23 @@ How collective traffic stays apart from user messages: it travels in its own
 take a collective's message and vice versa.
 
 How misuse is caught without costing a byte: every collective message carries, in its
-envelope (the tag, which is not counted as payload), the call's *signature*: which
-collective, the call number on this communicator, root, op, algorithm, and for
-reductions the array shape and dtype. A rank that receives a message whose signature
-differs from its own call raises :class:`CollectiveMismatch` naming both ranks and what
-each passed. Where MPI would hang, this raises, as soon as a mismatched message arrives.
-A rare mismatch where no rank receives anything (say rank 0 waits in ``bcast(root=1)``
-while rank 1 waits in ``gather(root=1)``) is caught by setting
-``comm.check_collectives = True``: each collective then first allgathers the signatures
-(Bruck, ceil(lg p) small messages per rank; these *are* counted in the statistics,
-which is why the check is off by default and the byte formulas are checked without it).
+tag (part of the envelope, not counted as payload), a 31-bit *signature* of the call:
+which collective, the call number on this communicator (mod 32), root, op, algorithm,
+and a hash of the array's shape and dtype where they must agree. A rank that receives a
+message whose signature differs from its own call raises :class:`CollectiveMismatch`,
+naming both ranks, what it called and what the sender called (decoded from the tag),
+and what the sender's message held. Where MPI would hang, this raises as soon as a
+mismatched message arrives. A mismatch where no rank receives anything (say rank 0 waits
+in ``bcast(root=1)`` while rank 1 waits in ``gather(root=1)``) is caught by setting
+``comm.check_collectives = True``: each collective then first allgathers the full
+signatures (Bruck, ceil(lg p) small messages per rank; these *are* counted in the
+statistics, which is why the check is off by default and the byte formulas are checked
+without it).
 """
 from __future__ import annotations
 
 import threading
+import zlib
 
 import numpy as np
 
@@ -56,63 +59,108 @@ def _describe(x) -> str:
     return type(x).__name__
 
 
-class _Transport:
-    """Point-to-point for one collective call, with the call's signature in every envelope."""
+# -- the signature in the tag: 31 bits -------------------------------------------------------
+_COLL = ["", "barrier", "bcast", "scatter", "gather", "allgather", "alltoall", "reduce", "reduce_scatter",
+         "allreduce", "scan", "exscan", "scatter_gather", "verify"]
+_OPS = ["", "sum", "prod", "max", "min", "maxloc", "minloc", "mean"]
+_FIELDS = (("coll", 16), ("alg", 8), ("op", 16), ("root", 64), ("seq", 32), ("sig", 512))
 
-    def __init__(self, comm, key, desc):
+
+def _alg_index(name, algorithm):
+    table = ALGORITHMS.get(name, {})
+    return sorted(table).index(algorithm) + 1 if algorithm in table else 0
+
+
+def encode_tag(name, seq, root=None, op=None, algorithm=None, sig=None) -> int:
+    vals = {"coll": _COLL.index(name), "alg": _alg_index(name, algorithm),
+            "op": 0 if op is None else (_OPS.index(op.name) if op.name in _OPS else 8),
+            "root": 0 if root is None else root % 63 + 1, "seq": seq % 32,
+            "sig": 0 if sig is None else zlib.crc32(repr(sig).encode()) % 511 + 1}
+    tag = 0
+    for field, size in _FIELDS:
+        tag = tag * size + vals[field]
+    return tag
+
+
+def decode_tag(tag: int) -> dict:
+    out = {}
+    for field, size in reversed(_FIELDS):
+        tag, out[field] = divmod(tag, size)
+    return out
+
+
+def describe_tag(tag: int) -> str:
+    f = decode_tag(tag)
+    if not 0 < f["coll"] < len(_COLL):
+        return f"a message with tag {tag} (not a collective)"
+    name = _COLL[f["coll"]]
+    parts = []
+    if f["root"]:
+        parts.append(f"root={f['root'] - 1}")
+    if f["op"]:
+        parts.append(f"op={_OPS[f['op']].upper() if f['op'] < len(_OPS) else 'a user op'}")
+    algs = sorted(ALGORITHMS.get(name, {}))
+    if f["alg"] and f["alg"] <= len(algs):
+        parts.append(f"algorithm={algs[f['alg'] - 1]!r}")
+    return f"{name}({', '.join(parts)}) [call #{f['seq']} mod 32]"
+
+
+class _Transport:
+    """Point-to-point for one collective call, with the call's signature as every tag."""
+
+    def __init__(self, comm, tag, desc, like=None):
         self.comm, self.rank, self.size = comm, comm.rank, comm.size
-        self._key, self._desc = key, desc
+        self._tag, self._desc, self._like = tag, desc, like
         self._ctx = comm._coll_context()
 
-    def _tag(self, info):
-        return ("coll", self._key, self._desc, info)
-
-    def send(self, obj, dest, info=None):
+    def send(self, obj, dest):
         self.comm._coll_link(dest)
-        self.comm._send(obj, dest, self._tag(info), self._ctx)
+        self.comm._send(obj, dest, self._tag, self._ctx)
 
-    def recv_info(self, source):
+    def recv(self, source):
         from ..comm import ANY_TAG
         self.comm._coll_link(source)
         src, tag, obj = self.comm._recv(source, ANY_TAG, self._ctx)
-        if not (isinstance(tag, tuple) and len(tag) == 4 and tag[1] == self._key):
-            other = tag[2] if isinstance(tag, tuple) and len(tag) == 4 else repr(tag)
+        if tag != self._tag:
+            mine, theirs = decode_tag(self._tag), decode_tag(tag)
+            what = describe_tag(tag)
+            if {k: v for k, v in mine.items() if k != "sig"} == {k: v for k, v in theirs.items() if k != "sig"}:
+                what += " with an array of another shape or dtype"
             raise CollectiveMismatch(
                 f"collective mismatch between rank {self.rank} and rank {src}: "
-                f"rank {self.rank} called {self._desc}, but rank {src} called {other}. "
-                "Every rank must call the same collectives in the same order, with the same "
-                "root, op and algorithm, and (for reductions) arrays of the same shape and dtype.")
-        return obj, tag[3]
+                f"rank {self.rank} called {self._desc}, but rank {src} called {what} "
+                f"(its message held: {_describe(obj)}). Every rank must call the same collectives in "
+                "the same order, with the same root, op and algorithm, and (for reductions and the "
+                "array fast path) arrays of the same shape and dtype.")
+        return obj
 
-    def recv(self, source):
-        return self.recv_info(source)[0]
-
-    def sendrecv_info(self, obj, dest, source, info=None):
+    def sendrecv(self, obj, dest, source):
         self.comm._coll_link(dest)
-        small = (obj.nbytes if is_array(obj) else 0) < _SYNC_SEND and (is_array(obj) or obj is None)
+        small = obj is None or (is_array(obj) and obj.nbytes < _SYNC_SEND)
         if small:
-            self.comm._send(obj, dest, self._tag(info), self._ctx)
-            return self.recv_info(source)
+            self.comm._send(obj, dest, self._tag, self._ctx)
+            return self.recv(source)
         box = []
 
         def run():
             try:
-                self.comm._send(obj, dest, self._tag(info), self._ctx)
+                self.comm._send(obj, dest, self._tag, self._ctx)
             except BaseException as exc:  # noqa: BLE001 - re-raised below
                 box.append(exc)
 
         th = threading.Thread(target=run, daemon=True)
         th.start()
         try:
-            got = self.recv_info(source)
-        finally:
-            th.join()
+            got = self.recv(source)
+        except BaseException:
+            th.join(0.2)                  # a failed send explains more than a blocked recv
+            if box:
+                raise box[0] from None
+            raise
+        th.join()
         if box:
             raise box[0]
         return got
-
-    def sendrecv(self, obj, dest, source, info=None):
-        return self.sendrecv_info(obj, dest, source, info)[0]
 
 
 class CollectivesMixin:
@@ -153,7 +201,7 @@ class CollectivesMixin:
     def _transport(self, name, algorithm, *, root=None, op=None, data=None, array_sig=False):
         seq = self._next_call()
         sig = (data.shape, data.dtype.str) if array_sig and is_array(data) else None
-        key = (name, seq, root, None if op is None else op.name, algorithm, sig)
+        tag = encode_tag(name, seq, root, op, algorithm, sig)
         parts = [f"{name}(", _describe(data)]
         if root is not None:
             parts.append(f", root={root}")
@@ -161,13 +209,12 @@ class CollectivesMixin:
             parts.append(f", op={op!r}")
         parts.append(f", algorithm={algorithm!r}) [call #{seq}]")
         desc = "".join(parts)
-        t = _Transport(self, key, desc)
         if self.check_collectives and self.size > 1:
-            self._verify(seq, key, desc)
-        return t
+            self._verify(seq, (name, root, None if op is None else op.name, algorithm, sig), desc)
+        return _Transport(self, tag, desc)
 
     def _verify(self, seq, key, desc):
-        t = _Transport(self, ("verify", seq), f"signature check [call #{seq}]")
+        t = _Transport(self, encode_tag("verify", seq), f"signature check [call #{seq}]")
         sigs = _ag.bruck(t, (key, desc))
         if any(k != key for k, _ in sigs):
             lines = "; ".join(f"rank {r}: {d}" for r, (_, d) in enumerate(sigs))
@@ -204,13 +251,14 @@ class CollectivesMixin:
         root = self._check_root(root, "gather")
         algorithm = algorithm or DEFAULTS["gather"]
         fn = self._pick("gather", algorithm)
-        return fn(self._transport("gather", algorithm, root=root, data=sendobj), sendobj, root)
+        return fn(self._transport("gather", algorithm, root=root, data=sendobj,
+                                  array_sig=algorithm == "binomial"), sendobj, root)
 
     def allgather(self, sendobj, algorithm=None):
         """Every rank returns the list of every rank's object, in rank order."""
         algorithm = algorithm or DEFAULTS["allgather"]
         fn = self._pick("allgather", algorithm)
-        return fn(self._transport("allgather", algorithm, data=sendobj), sendobj)
+        return fn(self._transport("allgather", algorithm, data=sendobj, array_sig=algorithm != "ring"), sendobj)
 
     def alltoall(self, sendobj, algorithm=None):
         """Rank r passes p items; item j goes to rank j; returns the items addressed to r."""

@@ -28,16 +28,16 @@ class SimTransport:
         self.rank, self.size = rank, size
         self._q, self._bytes, self._msgs, self._timeout = queues, nbytes, nmsgs, timeout
 
-    def send(self, obj, dest, info=None):
+    def send(self, obj, dest):
         if not 0 <= dest < self.size or dest == self.rank:
             raise ValueError(f"rank {self.rank}: bad destination {dest}")
         if type(obj) is np.ndarray:
             obj = obj.copy()  # a real message is a copy
         self._bytes[self.rank, dest] += payload_bytes(obj)
         self._msgs[self.rank, dest] += 1
-        self._q[self.rank][dest].put((obj, info))
+        self._q[self.rank][dest].put(obj)
 
-    def recv_info(self, source):
+    def recv(self, source):
         if not 0 <= source < self.size or source == self.rank:
             raise ValueError(f"rank {self.rank}: bad source {source}")
         try:
@@ -45,15 +45,9 @@ class SimTransport:
         except queue.Empty:
             raise TimeoutError(f"rank {self.rank} waited {self._timeout}s for rank {source}: deadlock?") from None
 
-    def recv(self, source):
-        return self.recv_info(source)[0]
-
-    def sendrecv_info(self, obj, dest, source, info=None):
-        self.send(obj, dest, info)
-        return self.recv_info(source)
-
-    def sendrecv(self, obj, dest, source, info=None):
-        return self.sendrecv_info(obj, dest, source, info)[0]
+    def sendrecv(self, obj, dest, source):
+        self.send(obj, dest)
+        return self.recv(source)
 
 
 def simulate(p, fn, *args, timeout=10.0):

@@ -9,13 +9,15 @@ A second test checks that worker logs reach the cell while a run is still going.
 
 Needs Debian's Chromium at /usr/bin/chromium and the playwright package (never `playwright
 install`); skips with the reason otherwise. Run only these with `pytest -m browser`.
-Set COURSE_BROWSER_NOTEBOOKS to a folder to test other notebooks than notebooks/.
+Set COURSE_BROWSER_NOTEBOOKS to a folder to test other notebooks than notebooks/, and
+COURSE_REQUIRE_BROWSER=1 (CI) to fail instead of skipping when the browser is missing.
 """
 from __future__ import annotations
 
 import os
 import re
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -36,16 +38,28 @@ SLIDER_TIMEOUT = 30.0
 pytestmark = [pytest.mark.browser]
 
 
+# Known student-facing bugs found by this test, reported to the lessons' authors. Non-strict:
+# the test runs in full and passes once the notebook is fixed; then delete the entry.
+KNOWN_BUGS = {
+    "01_mapreduce_gd": "the last cell releases the shared arrays Xs, ys that the explore() widget "
+                       "uses, so after Run All, moving a slider and clicking Run Interact raises "
+                       "'ValueError: shared array ... was released'",
+}
+
+
 def _notebooks():
     found = sorted(NOTEBOOKS.glob("*.ipynb")) if NOTEBOOKS.is_dir() else []
     if not found:
         return [pytest.param(None, marks=pytest.mark.skip(reason=f"no notebooks in {NOTEBOOKS}"))]
-    return [pytest.param(p, id=p.stem) for p in found]
+    return [pytest.param(p, id=p.stem, marks=[pytest.mark.xfail(reason=KNOWN_BUGS[p.stem], strict=False)]
+                         if p.stem in KNOWN_BUGS else []) for p in found]
 
 
 @pytest.fixture(scope="module")
 def browser():
     reason = lab.browser_missing_reason()
+    if reason and os.environ.get("COURSE_REQUIRE_BROWSER"):
+        pytest.fail(f"COURSE_REQUIRE_BROWSER is set but {reason}")
     if reason:
         pytest.skip(reason)
     with lab.chromium() as b:
@@ -86,13 +100,14 @@ def test_notebook_in_jupyterlab(notebook, browser, server, clean_kernels):
         assert n_widgets > 0, f"{notebook.name}: no widget rendered; every lesson has at least one"
 
         moved = page.move_slider(timeout=SLIDER_TIMEOUT)
-        assert moved["after"] != moved["before"], (
-            f"{notebook.name}: the slider {moved['slider']['label']!r} in cell {moved['slider']['cell']} "
-            f"did not move ({moved['before']})")
+        described = [f"{m['slider']['label']!r} in cell {m['slider']['cell']}: {m['before']} -> {m['after']}"
+                     for m in moved["tried"] + [moved]]
         assert moved["changed"], (
-            f"{notebook.name}: moving the slider {moved['slider']['label']!r} in cell "
-            f"{moved['slider']['cell']} from {moved['before']} to {moved['after']} changed no output "
-            f"within {SLIDER_TIMEOUT:.0f} s")
+            f"{notebook.name}: moving a slider changed no output within {SLIDER_TIMEOUT:.0f} s; sliders moved "
+            "(label, cell, readout|value before -> after): " + "; ".join(described))
+        for m in moved["tried"]:
+            page.notes.append(f"the slider {m['slider']['label']!r} in cell {m['slider']['cell']} changed no "
+                              "output; a later slider did")
         # the move ran code in the kernel; it must not have raised either
         errors = lab.cell_errors(page.state())
         assert not errors, f"{notebook.name}: errors after moving the slider:\n" + "\n\n".join(errors)
@@ -100,6 +115,8 @@ def test_notebook_in_jupyterlab(notebook, browser, server, clean_kernels):
         page.screenshot(ARTIFACTS / f"{notebook.stem}.png")
         page.close()
     elapsed = time.monotonic() - t0
+    for note in page.notes:
+        warnings.warn(f"{notebook.name}: {note}")
     print(f"{notebook.name}: {elapsed:.1f} s in the browser, slider {moved['before']} -> {moved['after']} "
           f"by {moved['method']}, changed outputs {moved['changed']}")
 
@@ -181,6 +198,9 @@ BROKEN_CELLS = [
     '         "version_minor": 0}, "text/plain": "a broken widget"}, raw=True)',
     # a slider wired to nothing: moving it changes no output
     'import ipywidgets as widgets\nwidgets.IntSlider(value=3, min=0, max=9, description="idle")',
+    # a widget callback that raises: its traceback lands in the widget's Output, not the cell's
+    'def explode(option):\n    raise RuntimeError(f"callback failed for {option}")\n'
+    'widgets.interact(explode, option=widgets.Dropdown(options=["a", "b"]));',
     '1 / 0',
     'print("never runs")',
 ]
@@ -188,7 +208,8 @@ BROKEN_CELLS = [
 
 @pytest.mark.timeout(120)
 def test_the_checks_catch_broken_notebooks(browser, server, clean_kernels):
-    """The harness itself: an error, an unrendered widget and a dead slider are all reported."""
+    """The harness itself: an error, a failing widget callback, an unrendered widget and a
+    slider that changes nothing are all reported."""
     import nbformat
 
     nb = nbformat.v4.new_notebook()
@@ -199,8 +220,10 @@ def test_the_checks_catch_broken_notebooks(browser, server, clean_kernels):
         page.open(timeout=OPEN_TIMEOUT)
         page.run_all()
         errors = lab.cell_errors(page.wait_finished(timeout=RUN_TIMEOUT))
-        assert len(errors) == 2 and "cell 2 raised ZeroDivisionError" in errors[0], errors
-        assert errors[1].startswith("cell 3 did not run"), errors
+        assert len(errors) == 3, errors
+        assert errors[0].startswith("cell 2: a widget callback raised") and "callback failed for a" in errors[0]
+        assert errors[1].startswith("cell 3 raised ZeroDivisionError"), errors
+        assert errors[2].startswith("cell 4 did not run"), errors
         problems = lab.widget_problems(page.wait_widgets_rendered(timeout=5))
         assert len(problems) == 1 and problems[0].startswith("cell 0:"), problems
         moved = page.move_slider(timeout=4)

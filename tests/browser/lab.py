@@ -288,6 +288,12 @@ STATE_JS = "(path) => {" + _PANEL_JS + """
       c.widgetErrors = tops.map(o => o.textContent || '')
         .filter(t => t.includes('Error displaying widget') || t.includes('Loading widget...'))
         .map(t => t.trim().slice(0, 300));
+      // A widget callback that raised (e.g. an interact function) prints its traceback into
+      // the widget's Output area, not into the cell's outputs.
+      c.widgetTracebacks = area ? Array.from(area.querySelectorAll(
+          '.widget-output .jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'))
+        .map(o => o.textContent || '').filter(t => t.includes('Traceback (most recent call last)'))
+        .map(t => t.slice(-1500)) : [];
     }
     cells.push(c);
   });
@@ -296,19 +302,21 @@ STATE_JS = "(path) => {" + _PANEL_JS + """
           dialog: dialog ? dialog.textContent.trim().slice(0, 500) : null, cells};
 }"""
 
-# Marks the first usable ipywidgets slider of the notebook with data-course-slider="1";
+# Marks the nth (0-based) usable ipywidgets slider of the notebook with data-course-slider="1";
 # returns its cell index and current readout, or null.
-MARK_SLIDER_JS = "(path) => {" + _PANEL_JS + """
+MARK_SLIDER_JS = "([path, nth]) => {" + _PANEL_JS + """
   if (!panel) return null;
-  document.querySelectorAll('[data-course-slider]').forEach(e => e.removeAttribute('data-course-slider'));
+  for (const a of ['data-course-slider', 'data-course-slider-handle'])
+    document.querySelectorAll('[' + a + ']').forEach(e => e.removeAttribute(a));
   const cells = panel.content.widgets;
   for (let i = 0; i < cells.length; i++) {
-    const area = cells[i].node.querySelector('.jp-OutputArea');
+    const area = cells[i].node.querySelector('.jp-Cell-outputArea');
     if (!area) continue;
     for (const s of area.querySelectorAll('.widget-slider')) {
       if (s.classList.contains('mod-disabled') || s.querySelector('[disabled]')) continue;
       const handle = s.querySelector('.noUi-handle');
       if (!handle) continue;
+      if (nth-- > 0) continue;
       s.setAttribute('data-course-slider', '1');
       handle.setAttribute('data-course-slider-handle', '1');
       const readout = s.querySelector('.widget-readout');
@@ -317,6 +325,17 @@ MARK_SLIDER_JS = "(path) => {" + _PANEL_JS + """
     }
   }
   return null;
+}"""
+
+# Marks the button of the interact (or box) holding the marked slider: interact_manual's "Run Interact".
+MARK_BUTTON_JS = """() => {
+  document.querySelectorAll('[data-course-slider-button]').forEach(e => e.removeAttribute('data-course-slider-button'));
+  const s = document.querySelector('[data-course-slider]');
+  const box = s ? (s.closest('.widget-interact') || s.closest('.widget-box')) : null;
+  const b = box ? box.querySelector('button.widget-button:not([disabled])') : null;
+  if (!b) return false;
+  b.setAttribute('data-course-slider-button', '1');
+  return true;
 }"""
 
 SLIDER_READOUT_JS = """() => {
@@ -365,6 +384,7 @@ class NotebookPage:
         self.context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         self.page = self.context.new_page()
         self.console: list[str] = []
+        self.notes: list[str] = []  # things a student would notice that are not failures
         self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}") if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
 
@@ -382,12 +402,25 @@ class NotebookPage:
         while time.monotonic() < deadline:
             last = self.state()
             if last.get("dialog"):
+                if last["dialog"].startswith("Select Kernel") and self._accept_kernel_dialog(last["dialog"]):
+                    continue
                 raise NotebookError(f"{self.path}: a dialog blocks the notebook while {what}: {last['dialog']}")
             if predicate(last):
                 return last
             self.page.wait_for_timeout(interval * 1000)
         raise NotebookError(f"{self.path}: timed out after {timeout:.0f} s {what}; last state: "
                             f"{_brief(last)}\nbrowser console: {self.console[-10:]}")
+
+    def _accept_kernel_dialog(self, text: str) -> bool:
+        """A notebook without kernelspec metadata asks which kernel to start; a student clicks
+        Select (the default, Python 3). We do the same, once, and note it."""
+        if any(n.startswith("kernel dialog") for n in self.notes):
+            return False
+        self.notes.append("kernel dialog: the notebook has no kernelspec metadata, so JupyterLab asked "
+                          "which kernel to start; accepted the default")
+        self.page.locator(".jp-Dialog .jp-mod-accept").first.click(timeout=5000)
+        self.page.wait_for_timeout(300)
+        return True
 
     # -- steps -----------------------------------------------------------------------------
     def open(self, timeout: float = 60.0) -> dict:
@@ -453,21 +486,44 @@ class NotebookPage:
           return area ? area.textContent : '';
         }""", [self.path, index])
 
-    def mark_slider(self):
-        return self.page.evaluate(MARK_SLIDER_JS, self.path)
+    def mark_slider(self, nth: int = 0):
+        return self.page.evaluate(MARK_SLIDER_JS, [self.path, nth])
 
     def outputs_signature(self) -> dict:
         return _digest(self.page.evaluate(OUTPUTS_SIGNATURE_JS, self.path))
 
-    def move_slider(self, timeout: float = 30.0) -> dict:
-        """Move the first slider (keyboard, then drag) and wait for some output to change.
+    def move_slider(self, timeout: float = 30.0, max_sliders: int = 3) -> dict:
+        """Move the first slider and wait for some output to change.
 
-        Returns {"slider": ..., "method": ..., "before": readout, "after": readout,
-        "changed": [(cell, output), ...]}; "changed" is empty when nothing changed in time.
+        A slider that changes nothing (say, one waiting for a "Run" button) is reported in
+        "tried" and the next slider is moved, up to `max_sliders`. Returns {"slider": info,
+        "method": ..., "before": readout, "after": readout, "changed": [(cell, output), ...],
+        "tried": [earlier results]}; "changed" is empty when no slider changed any output.
         """
-        info = self.mark_slider()
-        if info is None:
-            raise NotebookError(f"{self.path}: no ipywidgets slider found in the outputs")
+        tried = []
+        deadline = time.monotonic() + timeout
+        for nth in range(max_sliders):
+            info = self.mark_slider(nth)
+            if info is None:
+                if nth == 0:
+                    raise NotebookError(f"{self.path}: no ipywidgets slider found in the outputs")
+                break
+            # the first slider gets most of the time: its redraw may run a cluster
+            budget = deadline - time.monotonic()
+            budget = budget if nth == max_sliders - 1 else max(4.0, budget * (0.6 if nth == 0 else 0.5))
+            result = self._move_one(info, budget)
+            result["tried"] = tried
+            if result["changed"] or time.monotonic() >= deadline:
+                return result
+            tried.append({k: v for k, v in result.items() if k != "tried"})
+        result["tried"] = tried[:-1]
+        return result
+
+    def _move_one(self, info: dict, timeout: float, quiet: float = 4.0) -> dict:
+        """Move the marked slider: a key press, else a drag, else steps back (at the maximum a
+        step right does nothing); with interact_manual, then click the interact's button, as a
+        student would. Waits for an output to change and the kernel to be idle again; gives up
+        on a gesture once the kernel has stayed idle for `quiet` seconds with nothing changed."""
         handle = self.page.locator("[data-course-slider-handle]")
         handle.scroll_into_view_if_needed()
         self.page.wait_for_timeout(300)
@@ -475,27 +531,44 @@ class NotebookPage:
         before = self.outputs_signature()
         result = {"slider": info, "before": before_value, "changed": [], "method": None}
         deadline = time.monotonic() + timeout
-        attempts = [("keyboard", self._press), ("drag", self._drag), ("keyboard-back", self._press_back)]
-        for method, act in attempts:
+
+        def diff():
+            after = self.outputs_signature()
+            return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+
+        def wait_change() -> bool:
+            idle_since = time.monotonic()
+            while time.monotonic() < deadline:
+                self.page.wait_for_timeout(300)
+                idle = self._kernel_idle()
+                if diff() and idle:
+                    self.page.wait_for_timeout(500)  # let the redraw settle, then read again
+                    result["changed"] = diff()
+                    return True
+                if not idle:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > quiet:
+                    return False
+            return False
+
+        gestures = [("keyboard", self._press), ("drag", self._drag), ("keyboard-back", self._press_back)]
+        for method, act in gestures:
             act(handle)
             result["method"] = method
-            # the value moves at once; the kernel then redraws (possibly after a throttle)
-            step_deadline = min(deadline, time.monotonic() + max(5.0, (deadline - time.monotonic()) / 2))
-            while time.monotonic() < step_deadline:
-                self.page.wait_for_timeout(300)
-                after = self.outputs_signature()
-                changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-                if changed and self._kernel_idle():
-                    # let the redraw settle, then read again
-                    self.page.wait_for_timeout(500)
-                    after = self.outputs_signature()
-                    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-                    result.update(after=self.page.evaluate(SLIDER_READOUT_JS), changed=changed)
-                    return result
+            if wait_change():
+                break
             if self.page.evaluate(SLIDER_READOUT_JS) != before_value:
-                # the value moved yet nothing was redrawn: waiting longer will not help
+                # the value moved yet nothing was redrawn: maybe the interact waits for its button
+                button = self.page.locator("[data-course-slider-button]")
+                if self.page.evaluate(MARK_BUTTON_JS) and time.monotonic() < deadline:
+                    button.scroll_into_view_if_needed()
+                    button.click()
+                    result["method"] = method + "+button"
+                    wait_change()
                 break
         result["after"] = self.page.evaluate(SLIDER_READOUT_JS)
+        if not result["changed"]:
+            result["changed"] = diff()
         return result
 
     def _kernel_idle(self) -> bool:
@@ -545,6 +618,8 @@ def cell_errors(state: dict) -> list[str]:
             if o["type"] == "error":
                 problems.append(f"cell {c['index']} raised {o['ename']}: {o['evalue']}\n"
                                 f"{_ANSI.sub('', o['traceback'])[-1500:]}")
+        for tb in c.get("widgetTracebacks", []):
+            problems.append(f"cell {c['index']}: a widget callback raised (traceback in its Output):\n{tb}")
         if c["count"] is None:
             problems.append(f"cell {c['index']} did not run (prompt {c['prompt']!r}): {c['source'][:120]!r}")
     return problems

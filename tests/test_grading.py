@@ -127,8 +127,12 @@ def batch(tmp_path_factory):
             os.environ.pop("COURSE_TEST_PIDFILE", None)
         else:
             os.environ["COURSE_TEST_PIDFILE"] = old
-    return {"rows": {r["submission"]: r for r in rows + mis_rows}, "main": [r["submission"] for r in rows],
-            "out": out, "mis_out": mis_out, "subs": subs, "pidfile": pidfile, "wall": wall}
+    _BATCH.update({"rows": {r["submission"]: r for r in rows + mis_rows}, "main": [r["submission"] for r in rows],
+                   "out": out, "mis_out": mis_out, "subs": subs, "pidfile": pidfile, "wall": wall})
+    return _BATCH
+
+
+_BATCH: dict = {}  # the batch, once graded: the per-question tests reuse it
 
 
 def points(row) -> dict:
@@ -402,8 +406,8 @@ def lesson_grades(request, tmp_path_factory):
             nbs = sorted(folder.glob(f"{lesson}_*.ipynb"))
             if not nbs:
                 pytest.skip(f"no notebook for lesson {lesson} in {folder}")
-            if folder.resolve() == SOLUTIONS.resolve():
-                cache[lesson] = request.getfixturevalue("batch")["rows"][f"{lesson}_solution"]
+            if _BATCH and folder.resolve() == SOLUTIONS.resolve():  # graded already by this session
+                cache[lesson] = _BATCH["rows"][f"{lesson}_solution"]
             else:
                 from course_lib.grade import grade_one
 

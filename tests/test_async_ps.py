@@ -182,7 +182,9 @@ class SpyArray(np.ndarray):
     """Records every index written through ``w[...] = ...``."""
 
     def __setitem__(self, key, value):
-        self.writes.append(np.arange(len(self))[key])
+        writes = getattr(self, "writes", None)  # copies of the vector carry no log
+        if writes is not None:
+            writes.append(np.arange(len(self))[key])
         super().__setitem__(key, value)
 
 
@@ -226,3 +228,28 @@ def test_hogwild_worker_error_reaches_the_caller():
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         run_hogwild(p, n_workers=2, n_updates=10, worker=broken)
     assert my_segments() == []
+
+
+def test_collisions_counted_from_recorded_spans():
+    from course_lib.async_ps import collisions, timed_worker
+
+    dense = make_sparse_problem(500, 30, 30, seed=0)
+    locked = run_hogwild(dense, n_workers=2, n_updates=3000, lr=0.3, lock=True, worker=timed_worker)
+    alone = run_hogwild(dense, n_workers=1, n_updates=1000, lr=0.3, worker=timed_worker)
+    assert collisions(locked, dense) == 0.0  # the lock makes the updates take turns
+    assert collisions(alone, dense) == 0.0
+    assert locked.n_updates == 3000 and len(locked.spans[0]) == 1500
+    assert (np.diff(locked.spans[0], axis=1) >= 0).all()
+    with pytest.raises(ValueError, match="timed_worker"):
+        collisions(run_hogwild(dense, n_workers=1, n_updates=10), dense)
+
+
+def test_shifted_shards_make_a_compromise():
+    from course_lib.async_ps import optimal_loss, shards
+
+    X, y, _ = make_least_squares(900, 5, seed=1, n_shards=3, shard_shift=1.0)
+    X0, y0, _ = make_least_squares(900, 5, seed=1)
+    assert np.array_equal(X, X0) and not np.allclose(y, y0)
+    # each shard alone is fit much better than the whole: the shards disagree
+    per_shard = np.mean([optimal_loss(X[s], y[s]) for s in shards(900, 3)])
+    assert per_shard < 0.2 * optimal_loss(X, y)

@@ -7,8 +7,9 @@
 * :mod:`.problems`: data, losses, serial SGD baselines, the sparsity statistics of Hogwild!.
 """
 from .experiment import PSResult, train_async
-from .hogwild import HogwildResult, hogwild_worker, locked_worker, run_hogwild, run_serial
-from .problems import (SparseProblem, gradient, loss, make_least_squares, make_sparse_problem,
+from .hogwild import (HogwildResult, collisions, hogwild_worker, locked_worker, run_hogwild, run_serial,
+                      timed_worker)
+from .problems import (SparseProblem, gradient, loss, make_least_squares, make_sparse_problem, optimal_loss,
                        sample_order, serial_sgd, serial_sparse_sgd, shards, sparse_loss,
                        sparsity_stats)
 from .server import (POLICIES, Record, ServerState, apply_update, constant_lr, run_ps,
@@ -16,9 +17,9 @@ from .server import (POLICIES, Record, ServerState, apply_update, constant_lr, r
 from .theory import expected_backup_wait, harmonic, simulate_backup_wait
 
 __all__ = [
-    "PSResult", "train_async", "HogwildResult", "hogwild_worker", "locked_worker",
+    "PSResult", "train_async", "HogwildResult", "collisions", "timed_worker", "hogwild_worker", "locked_worker",
     "run_hogwild", "run_serial", "SparseProblem", "gradient", "loss", "make_least_squares",
-    "make_sparse_problem", "sample_order", "serial_sgd", "serial_sparse_sgd", "shards",
+    "make_sparse_problem", "optimal_loss", "sample_order", "serial_sgd", "serial_sparse_sgd", "shards",
     "sparse_loss", "sparsity_stats", "POLICIES", "Record", "ServerState", "apply_update",
     "constant_lr", "run_ps", "staleness_aware_lr", "expected_backup_wait", "harmonic",
     "simulate_backup_wait",

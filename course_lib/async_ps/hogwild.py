@@ -38,6 +38,61 @@ def hogwild_worker(w, idx, val, y, order, lr):
     return len(order)
 
 
+def timed_worker(w, idx, val, y, order, lr, lock=None):
+    """:func:`hogwild_worker` (or the locked loop) that also records each update's time span.
+
+    Returns ``{"n": count, "spans": (count, 2) array of perf_counter (read, written)}``, from
+    which :func:`collisions` counts the updates that overlapped a conflicting one.
+    """
+    import time as _time
+
+    spans = np.empty((len(order), 2))
+    clock = _time.perf_counter
+    for k, i in enumerate(order):
+        j = idx[i]
+        v = val[i]
+        if lock is None:
+            spans[k, 0] = clock()
+            w[j] -= lr * (v @ w[j] - y[i]) * v
+            spans[k, 1] = clock()
+        else:
+            with lock:
+                spans[k, 0] = clock()
+                w[j] -= lr * (v @ w[j] - y[i]) * v
+                spans[k, 1] = clock()
+    return {"n": len(order), "spans": spans}
+
+
+def collisions(result: "HogwildResult", problem: SparseProblem) -> float:
+    """Fraction of updates whose read-modify-write overlapped in time with an update of
+    another worker on a shared coordinate (needs a run with ``worker=timed_worker``).
+
+    Such an update may have read a coordinate that the other was about to change, or had its
+    write overwritten: the lost or mixed updates that Hogwild!'s analysis bounds through rho.
+    """
+    if result.spans is None:
+        raise ValueError("run_hogwild(..., worker=timed_worker) records the spans this needs")
+    hit = 0
+    for a, (spans_a, samples_a) in enumerate(zip(result.spans, result.samples)):
+        clash = np.zeros(len(spans_a), bool)
+        for b, (spans_b, samples_b) in enumerate(zip(result.spans, result.samples)):
+            if a == b or len(spans_b) == 0:
+                continue
+            # b's spans are disjoint and in order: the ones overlapping [start, end) form a range.
+            lo = np.searchsorted(spans_b[:, 1], spans_a[:, 0], side="right")
+            hi = np.searchsorted(spans_b[:, 0], spans_a[:, 1], side="left")
+            for k in np.flatnonzero(hi > lo):
+                if clash[k]:
+                    continue
+                mine = problem.idx[samples_a[k]]
+                for m in range(lo[k], hi[k]):
+                    if np.intersect1d(mine, problem.idx[samples_b[m]], assume_unique=True).size:
+                        clash[k] = True
+                        break
+        hit += int(clash.sum())
+    return hit / max(1, sum(len(s) for s in result.spans))
+
+
 def locked_worker(w, idx, val, y, order, lr, lock):
     """The same steps, each one inside ``with lock:`` (read and write of w as one unit)."""
     for i in order:
@@ -58,7 +113,7 @@ def _entry(payload, rank, lock, barrier, conn):
         if lock is None:
             n = worker(w, idx, val, y, order, lr)
         else:
-            n = worker(w, idx, val, y, order, lr, lock)
+            n = worker(w, idx, val, y, order, lr, lock=lock)
         t1 = time.perf_counter()
         conn.send(("ok", rank, t0, t1, n))
     except BaseException as e:  # noqa: BLE001 - report everything to the parent
@@ -76,6 +131,8 @@ class HogwildResult:
     n_updates: int
     locked: bool
     n_workers: int
+    spans: list = None     # per worker, (read, written) times of each update (timed_worker only)
+    samples: list = None   # per worker, the samples it visited, in order
 
 
 def _context(start_method):
@@ -149,7 +206,11 @@ def run_hogwild(problem: SparseProblem, n_workers: int = 2, n_updates: int = 200
         for a in arrays:
             a.release()
     t_first = min(rep[2] for rep in reports)
-    return HogwildResult(
+    spans = None
+    if all(isinstance(rep[4], dict) for rep in reports):  # timed_worker
+        spans = [rep[4]["spans"] - t_first for rep in reports]
+        reports = [rep[:4] + (rep[4]["n"],) for rep in reports]
+    return HogwildResult(spans=spans, samples=[order[r::n_workers] for r in range(n_workers)],
         w=w, loss=sparse_loss(problem.idx, problem.val, problem.y, w),
         wall_time=max(rep[3] for rep in reports) - t_first,
         worker_times=[(rep[2] - t_first, rep[3] - t_first) for rep in reports],

@@ -16,15 +16,32 @@ import numpy as np
 
 
 # --------------------------------------------------------------------------- dense
-def make_least_squares(n: int = 2000, d: int = 20, noise: float = 0.1, seed: int = 0):
-    """Return ``X (n, d), y (n,), w_true (d,)`` with well-conditioned Gaussian features."""
+def make_least_squares(n: int = 2000, d: int = 20, noise: float = 0.1, seed: int = 0,
+                       n_shards: int = 1, shard_shift: float = 0.0):
+    """Return ``X (n, d), y (n,), w_true (d,)`` with well-conditioned Gaussian features.
+
+    With ``shard_shift > 0`` the data is not identically distributed across the
+    ``n_shards`` contiguous shards of :func:`shards`: shard k follows its own model
+    ``w_true + shard_shift * z_k`` (``z_k`` standard normal), as when each worker holds
+    data from a different source. The best single ``w`` is then a compromise, weighted by
+    how much of each shard the optimiser sees.
+    """
     if n < 1 or d < 1:
         raise ValueError(f"need n >= 1 and d >= 1, got n={n}, d={d}")
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, d))
     w_true = rng.standard_normal(d)
     y = X @ w_true + noise * rng.standard_normal(n)
+    if shard_shift:
+        for rows in shards(n, n_shards):
+            y[rows] += shard_shift * (X[rows] @ rng.standard_normal(d))
     return X, y, w_true
+
+
+def optimal_loss(X, y) -> float:
+    """The least-squares minimum ``min_w f(w)`` (the floor every curve is compared with)."""
+    w = np.linalg.lstsq(X, y, rcond=None)[0]
+    return loss(X, y, w)
 
 
 def loss(X, y, w) -> float:
@@ -107,10 +124,17 @@ def make_sparse_problem(n: int = 4000, d: int = 2000, nnz: int = 5, noise: float
     rng = np.random.default_rng(seed)
     if nnz == d:
         idx = np.tile(np.arange(d, dtype=np.int64), (n, 1))
-    else:
-        # argpartition of random keys: nnz distinct columns per row, vectorised.
+    elif 2 * nnz > d:
+        # argpartition of random keys: nnz distinct columns per row (memory n * d: small d only).
         idx = np.argpartition(rng.random((n, d)), nnz, axis=1)[:, :nnz].astype(np.int64)
         idx.sort(axis=1)
+    else:
+        # Draw with replacement, redraw the rows that got a column twice (few when nnz << d).
+        idx = np.sort(rng.integers(0, d, size=(n, nnz)), axis=1)
+        bad = (np.diff(idx, axis=1) == 0).any(axis=1)
+        while bad.any():
+            idx[bad] = np.sort(rng.integers(0, d, size=(int(bad.sum()), nnz)), axis=1)
+            bad = (np.diff(idx, axis=1) == 0).any(axis=1)
     val = rng.standard_normal((n, nnz)) / np.sqrt(nnz)
     w_true = rng.standard_normal(d)
     y = np.einsum("ij,ij->i", val, w_true[idx]) + noise * rng.standard_normal(n)

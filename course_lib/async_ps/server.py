@@ -254,6 +254,7 @@ def run_ps(comm, X_sa, y_sa, n_updates=200, lr=0.05, policy="async", max_stalene
     the mean of an exponential with ``compute_dist="exp"``), slowed by ``Cluster(slow=...)``.
     Rank 0 returns a dict (see :class:`PSResult`), workers return their counters.
     """
+    comm.barrier()  # start together: a late-starting worker would look stale for no reason
     if comm.rank != 0:
         return _worker(comm, X_sa, y_sa, batch_size, seed, compute_time, compute_dist,
                        interruptible=(policy == "sync"))

@@ -30,7 +30,7 @@ import numpy as np
 
 from .collectives._p2p import chunk_sizes, fold_roles
 
-__all__ = ["CostModel", "traffic", "predict", "measure", "lg", "FORMULAS"]
+__all__ = ["CostModel", "traffic", "rounds", "predict", "measure", "lg", "FORMULAS"]
 
 
 def lg(p: int) -> int:
@@ -135,6 +135,36 @@ def predict(collective: str, algorithm: str, p: int, n: float, model: CostModel)
         }
         t = folded.get(key, t)
     return float(t)
+
+
+def rounds(collective: str, algorithm: str, p: int) -> int:
+    """Communication rounds on the critical path: the longest chain of messages each of
+    which waits for the one before it (what the ``alpha`` term counts).
+
+    Defined for the algorithms whose chain does not depend on how a rank serializes its
+    receives; :func:`course_lib.collectives.schedule.record` measures the same quantity."""
+    if p == 1:
+        return 0
+    L = lg(p)
+    p2 = 1 << (p.bit_length() - 1)
+    lg2 = p2.bit_length() - 1
+    fold = 0 if p == p2 else 2                       # fold in, unfold out
+    table = {
+        ("barrier", "token_ring"): 2 * p - 1, ("barrier", "dissemination"): L,
+        ("bcast", "flat"): p - 1, ("bcast", "binomial"): L,
+        ("scatter", "flat"): p - 1, ("scatter", "binomial"): L,
+        ("allgather", "ring"): p - 1, ("allgather", "bruck"): L, ("allgather", "recursive_doubling"): lg2 + fold,
+        ("alltoall", "pairwise"): p - 1,
+        ("reduce_scatter", "ring"): p - 1, ("reduce_scatter", "pairwise"): p - 1,
+        ("reduce_scatter", "recursive_halving"): lg2 + fold,
+        ("allreduce", "ring"): 2 * (p - 1), ("allreduce", "recursive_doubling"): lg2 + fold,
+        ("allreduce", "rabenseifner"): 2 * lg2 + fold,
+        ("scan", "linear"): p - 1, ("scan", "recursive_doubling"): L,
+    }
+    try:
+        return table[(collective, algorithm)]
+    except KeyError:
+        raise ValueError(f"no rounds formula for {collective}/{algorithm}") from None
 
 
 # -- exact traffic ------------------------------------------------------------------------

@@ -129,6 +129,20 @@ def test_sim_allreduce_property(p, n, dtype, alg, seed):
         assert np.array_equal(B.sum(axis=1), eb) and np.array_equal(M.sum(axis=1), em)
 
 
+def test_rounds_on_the_critical_path_equal_the_formulas():
+    from course_lib.collectives.schedule import record, rounds
+    checked = 0
+    for coll, alg in costs.FORMULAS:
+        for p in range(1, 10):
+            try:
+                want = costs.rounds(coll, alg, p)
+            except ValueError:
+                continue
+            assert rounds(record(coll, alg, p, n=6)) == want, (coll, alg, p)
+            checked += 1
+    assert checked >= 150
+
+
 def test_order_preserving_algorithms_accept_non_commutative_ops():
     # string concatenation is associative, not commutative: the result shows the order
     cat = Op(lambda a, b: a + b, commute=False)
@@ -229,6 +243,32 @@ def test_real_processes_every_algorithm_and_exact_bytes(cluster5):
         eb, em = costs.traffic(coll, alg, p, n, 8, root)
         assert list(eb) == nb, (coll, alg, root, nb, list(eb))
         assert list(em) == nm, (coll, alg, root, nm, list(em))
+
+
+def _allreduce_family(comm, n):
+    rng = np.random.default_rng(comm.rank)
+    x = rng.standard_normal(n).astype(np.float32)
+    out = []
+    for coll in ("allreduce", "reduce_scatter", "allgather"):
+        for alg in sorted(ALGORITHMS[coll]):
+            b0, m0 = comm.stats.bytes_sent(comm.rank), comm.stats.messages_sent(comm.rank)
+            res = getattr(comm, coll)(x, algorithm=alg)
+            out.append((coll, alg, res, comm.stats.bytes_sent(comm.rank) - b0, comm.stats.messages_sent(comm.rank) - m0))
+    return x, out
+
+
+@pytest.mark.parametrize("p", [1, 2, 8])
+def test_real_processes_small_and_large_p(p):
+    n = 11
+    with cl.Cluster(p) as c:
+        res = c.run(_allreduce_family, n)
+    xs = [r[0] for r in res]
+    for r in range(p):
+        for coll, alg, got, nbytes, nmsgs in res[r][1]:
+            want = _expected(coll, p, xs, 0, r)
+            assert _close(got, want, tol=1e-5), (coll, alg, p, r)
+            eb, em = costs.traffic(coll, alg, p, n, 4)
+            assert (nbytes, nmsgs) == (eb[r], em[r]), (coll, alg, p, r)
 
 
 def _mpi4py_semantics(comm):

@@ -96,9 +96,13 @@ class CostModel:
 
 
 def fit_latency_bandwidth(nbytes, seconds):
-    """Least-squares fit of seconds = latency + nbytes / bandwidth (lesson 00). Returns (latency, bandwidth)."""
+    """Fit seconds = latency + nbytes / bandwidth (lesson 00). Returns (latency, bandwidth).
+
+    Least squares on *relative* errors (each row divided by its time): message sizes span
+    decades, and a plain fit would let the largest message decide the intercept alone.
+    """
     nbytes = np.asarray(nbytes, dtype=float)
     seconds = np.asarray(seconds, dtype=float)
-    A = np.stack([np.ones_like(nbytes), nbytes], axis=1)
-    (lat, inv_bw), *_ = np.linalg.lstsq(A, seconds, rcond=None)
+    A = np.stack([np.ones_like(nbytes), nbytes], axis=1) / seconds[:, None]
+    (lat, inv_bw), *_ = np.linalg.lstsq(A, np.ones_like(seconds), rcond=None)
     return max(float(lat), 0.0), (float("inf") if inv_bw <= 0 else 1.0 / float(inv_bw))

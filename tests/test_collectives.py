@@ -291,6 +291,7 @@ def _mpi4py_semantics(comm):
     out["scan"] = comm.scan(r + 1)
     out["exscan"] = comm.exscan(r + 1)
     out["strings"] = comm.allreduce(str(r), op=lambda a, b: a + b)      # user function, in rank order
+    out["ragged"] = (comm.allgather(np.arange(r)), comm.gather(np.arange(r), root=2))  # arrays of any shape
     errors = []
     for bad in (p, -1, "0"):
         try:
@@ -320,6 +321,8 @@ def test_mpi4py_lowercase_semantics(cluster5):
         assert o["scan"] == sum(range(1, r + 2))
         assert o["exscan"] == (None if r == 0 else sum(range(1, r + 1)))
         assert o["strings"] == "01234"
+        assert _close(o["ragged"][0], [np.arange(i) for i in range(p)])
+        assert _close(o["ragged"][1], [np.arange(i) for i in range(p)] if r == 2 else None)
         assert len(o["errors"]) == 3 and all("root" in e for e in o["errors"])
 
 

@@ -46,8 +46,11 @@ ALGORITHMS = {
     "reduce_scatter": _red.REDUCE_SCATTER, "allreduce": _red.ALLREDUCE, "scan": _red.SCAN,
     "exscan": _red.SCAN,
 }
-DEFAULTS = {"barrier": "dissemination", "bcast": "binomial", "scatter": "binomial", "gather": "binomial",
-            "allgather": "bruck", "alltoall": "pairwise", "reduce": "binomial", "reduce_scatter": "ring",
+# gather and allgather default to the algorithms that accept any objects (arrays of different
+# shapes included), as mpi4py does; 'binomial' gather and 'bruck' / 'recursive_doubling'
+# allgather pack several blocks per message and need the same shape and dtype everywhere.
+DEFAULTS = {"barrier": "dissemination", "bcast": "binomial", "scatter": "binomial", "gather": "flat",
+            "allgather": "ring", "alltoall": "pairwise", "reduce": "binomial", "reduce_scatter": "ring",
             "scan": "recursive_doubling", "exscan": "recursive_doubling"}
 
 
@@ -252,7 +255,10 @@ class CollectivesMixin:
         return fn(self._transport("scatter", algorithm, root=root), sendobj, root)
 
     def gather(self, sendobj, root=0, algorithm=None):
-        """The root returns the list of every rank's object (rank order); others return None."""
+        """The root returns the list of every rank's object (rank order); others return None.
+
+        ``algorithm='binomial'`` sends whole subtrees at once; it needs numpy arrays of one
+        shape and dtype on every rank (or non-array objects everywhere)."""
         root = self._check_root(root, "gather")
         algorithm = algorithm or DEFAULTS["gather"]
         fn = self._pick("gather", algorithm)
@@ -260,7 +266,11 @@ class CollectivesMixin:
                                   array_sig=algorithm == "binomial"), sendobj, root)
 
     def allgather(self, sendobj, algorithm=None):
-        """Every rank returns the list of every rank's object, in rank order."""
+        """Every rank returns the list of every rank's object, in rank order.
+
+        'bruck' and 'recursive_doubling' send several blocks per message; they need numpy
+        arrays of one shape and dtype on every rank (or non-array objects everywhere).
+        The default 'ring' forwards single blocks and accepts anything."""
         algorithm = algorithm or DEFAULTS["allgather"]
         fn = self._pick("allgather", algorithm)
         return fn(self._transport("allgather", algorithm, data=sendobj, array_sig=algorithm != "ring"), sendobj)

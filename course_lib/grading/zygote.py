@@ -90,6 +90,9 @@ def serve() -> None:
             req = json.loads(line)
         except ValueError:
             continue
+        if time.time() > req.get("deadline", float("inf")):
+            reply({"id": req["id"], "pid": -1})  # the grader gave up on this request already
+            continue
         sys.stdout.flush()
         sys.stderr.flush()
         with lock:  # no fork while the reaper writes: the child must not inherit a held lock
@@ -132,12 +135,13 @@ class Zygote:
             self.alive = False
             self.cond.notify_all()
 
-    def spawn(self, spec: str, output: str, memory_mb, env: dict, timeout: float = 60.0) -> int:
+    def spawn(self, spec: str, output: str, memory_mb, env: dict, timeout: float = 120.0) -> int:
         """Fork a runner for ``spec``; return its pid. Raises RuntimeError if the zygote is gone."""
         with self.send_lock:
             self.next_id += 1
             rid = self.next_id
-            req = {"id": rid, "spec": spec, "output": output, "memory_mb": memory_mb, "env": env, "cwd": self.cwd}
+            req = {"id": rid, "spec": spec, "output": output, "memory_mb": memory_mb, "env": env, "cwd": self.cwd,
+                   "deadline": time.time() + timeout}
             try:
                 self.proc.stdin.write(json.dumps(req) + "\n")
                 self.proc.stdin.flush()
@@ -150,7 +154,10 @@ class Zygote:
                 if not self.alive or left <= 0:
                     raise RuntimeError("the grading zygote did not answer")
                 self.cond.wait(left)
-            return self.pids.pop(rid)
+            pid = self.pids.pop(rid)
+        if pid <= 0:
+            raise RuntimeError("the grading zygote answered too late")
+        return pid
 
     def exitcode(self, pid: int):
         with self.cond:

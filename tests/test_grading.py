@@ -304,6 +304,19 @@ def test_command_line_is_deterministic(batch, tmp_path):
         assert {k: float(v) for k, v in got[name].items() if k.startswith("ex")} == points(batch["rows"][name])
 
 
+def test_grading_without_the_zygote(monkeypatch, tmp_path):
+    """The plain-subprocess path (Windows, or COURSE_GRADING_NO_ZYGOTE=1): a cell calling os._exit is skipped."""
+    from course_lib.grade import grade_paths
+
+    monkeypatch.setenv("COURSE_GRADING_NO_ZYGOTE", "1")
+    ex = nbformat.read(EXERCISES / solution_of("00").name, as_version=4)
+    nb = apply_misbehaviour(ex, FIXTURES / "misbehaving" / "os_exit_cell.py")
+    nbformat.write(nb, tmp_path / "00_student.ipynb")
+    (row,) = grade_paths([tmp_path / "00_student.ipynb"], tmp_path / "out", TIGHT, quiet=True)
+    assert row["score"] == 0 and {q["status"] for q in row["questions"]} == {"not_implemented"}
+    assert any("exit code 7" in n for n in row["notes"]), row["notes"]
+
+
 # -- check() in the notebook ------------------------------------------------------------------
 
 def notebook_namespace(nb) -> dict:

@@ -149,6 +149,7 @@ def test_parallel_equals_serial_and_bytes_equal_formula(m):
     assert res.stats.total_bytes == iters * bytes_per_iteration(m, d, "sum")
     down, up = words_per_iteration(m, d)
     assert res.words_per_iteration == down + up
+    assert res.bytes_per_iteration == bytes_per_iteration(m, d)
     assert res.stats.bytes[0, 1:].sum() == iters * down * 8  # only w goes down
     # one w down and one answer up per worker per iteration, plus one stop each
     assert res.stats.total_messages == iters * 2 * m + m

@@ -62,10 +62,15 @@ class GDResult:
         return self.run.wall_time
 
     @property
+    def bytes_per_iteration(self) -> float:
+        """Measured payload bytes per iteration of this run (all links)."""
+        n = max(self.iterations - self.start_iteration, 1)
+        return self.stats.total_bytes / n
+
+    @property
     def words_per_iteration(self) -> float:
         """Measured payload words (8 bytes) per iteration of this run."""
-        n = max(self.iterations - self.start_iteration, 1)
-        return self.stats.total_bytes / 8 / n
+        return self.bytes_per_iteration / 8
 
 
 def mapreduce_gd(cluster, problem, X, y, iters=100, lr=None, w0=None, reduce="sum",

@@ -34,8 +34,10 @@ REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS, EXERCISES = REPO / "solutions", REPO / "exercises"
 FIXTURES = REPO / "tests" / "fixtures"
 LIMITS = Limits(cell_timeout=120, timeout=None, memory_mb=2048, total_timeout=300)      # questions' own timeouts
-TIGHT = Limits(cell_timeout=6, timeout=10, memory_mb=2048, total_timeout=180)         # for misbehaving ones
-BUDGET = 90  # seconds a misbehaving submission may take to grade under TIGHT (attempts included)
+# For the misbehaving ones: short limits, longer where every Cluster start re-imports Python (spawn, forkserver).
+_FORK = __import__("course_lib").default_start_method() == "fork"
+TIGHT = Limits(cell_timeout=6 if _FORK else 20, timeout=10 if _FORK else 30, memory_mb=2048, total_timeout=240)
+BUDGET = 90 if _FORK else 200  # seconds a misbehaving submission may take to grade under TIGHT (attempts included)
 
 # COURSE_TEST_LESSONS=00,01 limits this file to some lessons (default: every solution notebook).
 _ONLY = [s.strip() for s in os.environ.get("COURSE_TEST_LESSONS", "").split(",") if s.strip()]

@@ -14,7 +14,6 @@ worker function by value with cloudpickle and hands the lock over at start.
 """
 from __future__ import annotations
 
-import os
 import time
 import traceback
 from dataclasses import dataclass
@@ -138,8 +137,10 @@ class HogwildResult:
 def _context(start_method):
     import multiprocessing as mp
 
-    method = start_method or os.environ.get("COURSE_START_METHOD") or None
-    if method is not None and method not in mp.get_all_start_methods():
+    from course_lib.cluster import default_start_method
+
+    method = start_method or default_start_method()  # the course's default, as Cluster uses
+    if method not in mp.get_all_start_methods():
         raise ValueError(f"unknown start method {method!r}; have {mp.get_all_start_methods()}")
     return mp.get_context(method)
 

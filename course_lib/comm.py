@@ -186,7 +186,16 @@ class Comm(CollectivesMixin):
         """True if a matching message can be received now (never blocks)."""
         self._check_peer(source, "source", allow_any=True)
         self._check_tag(tag, allow_any=True)
-        self._drain_available()
+        if self._match(source, tag, 0, pop=False) is not None:
+            return True
+        if source == ANY_SOURCE:
+            self._drain_available()
+        elif source not in self._dead:
+            # only this link: a dead *other* neighbour must not disturb a poll of this one
+            while self._links[source].poll(0):
+                self._read_one(source)
+                if self._match(source, tag, 0, pop=False) is not None:
+                    return True
         return self._match(source, tag, 0, pop=False) is not None
 
     def isend(self, obj, dest: int, tag: int = 0) -> Request:

@@ -56,6 +56,14 @@ class MPILink:
                 time.sleep(50e-6)  # waiting long: stop burning a core
         return status.Get_count(self._MPI.BYTE)
 
+    def poll(self, timeout: float = 0.0) -> bool:
+        deadline = time.perf_counter() + timeout
+        while not self._comm.Iprobe(source=self.peer, tag=FRAME_TAG):
+            if time.perf_counter() >= deadline:
+                return False
+            time.sleep(20e-6)
+        return True
+
     def recv_bytes(self) -> bytes:
         buf = bytearray(self._probe_size())
         self._comm.Recv([buf, self._MPI.BYTE], source=self.peer, tag=FRAME_TAG)

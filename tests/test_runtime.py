@@ -531,3 +531,25 @@ def test_worker_exit_never_unlinks_the_parents_segment(start_method):
         assert sa.name in shm.list_segments()
         assert c.run(lambda comm, a: float(a.array.sum()), sa)[1] == 15.0
     assert sa.name not in shm.list_segments()
+
+
+def poll_server_while_a_sibling_dies(comm):
+    """Rank 1 polls rank 0 only; rank 2 dies meanwhile; rank 1 must not notice."""
+    if comm.rank == 2:
+        with comm.compute():
+            pass  # killed here
+    if comm.rank == 1:
+        deadline = time.time() + 10
+        while not comm.iprobe(source=0):
+            assert time.time() < deadline
+            time.sleep(0.01)
+        return comm.recv(source=0)
+    if comm.rank == 0:
+        time.sleep(0.5)  # rank 2 is dead by now
+        comm.send("hello", 1)
+
+
+def test_iprobe_of_one_source_ignores_other_dead_neighbours():
+    with Cluster(3, start_method="fork", on_failure="continue") as c:
+        res = c.run(poll_server_while_a_sibling_dies, faults={2: Fault("kill", 0)})
+    assert res[1] == "hello" and list(res.failures) == [2]

@@ -107,6 +107,10 @@ def main(spec_path: str) -> None:
             error = f"{type(e).__name__}: {e}"
         if error and "QuestionTimeout" in error:
             error = f"the cell ran past the time limit of {cell_timeout:g} s and was interrupted"
+        elif error:
+            error = (error.strip().splitlines() or ["error"])[0].rstrip(": ")
+            if error == "MemoryError":
+                error = "MemoryError: the cell ran out of memory (the grader limits memory per process)"
         ev.emit(event="cell_end", index=k, error=error)
         sys.stdout.flush()
         sys.stderr.flush()

@@ -106,6 +106,9 @@ class SubComm(CollectivesMixin):
     def _send(self, obj, dest, tag, context):
         self._world._send(obj, self._members[dest], tag, context)
 
+    def _isend(self, obj, dest, tag, context):
+        return self._world._isend(obj, self._members[dest], tag, context)
+
     def _recv(self, source, tag, context):
         from ..comm import ANY_SOURCE
         wsrc = ANY_SOURCE if source == ANY_SOURCE else self._members[source]

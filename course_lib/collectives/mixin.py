@@ -23,7 +23,7 @@ without it).
 """
 from __future__ import annotations
 
-import threading
+import time
 import zlib
 
 import numpy as np
@@ -148,26 +148,18 @@ class _Transport:
             got = self.recv(source)
             req.wait()
             return got
-        box = []
-
-        def run():
-            try:
-                self.comm._send(obj, dest, self._tag, self._ctx)
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                box.append(exc)
-
-        th = threading.Thread(target=run, daemon=True)
-        th.start()
+        # the communicator's own non-blocking send: a thread on Pipes, MPI_Isend on MPI
+        req = self.comm._isend(obj, dest, self._tag, self._ctx)
         try:
             got = self.recv(source)
         except BaseException:
-            th.join(0.2)                  # a failed send explains more than a blocked recv
-            if box:
-                raise box[0] from None
+            deadline = time.monotonic() + 0.2      # a failed send explains more than a blocked recv
+            while not req.test() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            if req.test():
+                req.wait()
             raise
-        th.join()
-        if box:
-            raise box[0]
+        req.wait()
         return got
 
 

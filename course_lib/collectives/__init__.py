@@ -18,9 +18,10 @@ from ._p2p import CollectiveMismatch, chunk_bounds, chunk_sizes, fold_roles
 from .mixin import ALGORITHMS, DEFAULTS, CollectivesMixin
 from .groups import UNDEFINED, Group, SubComm
 from .scatter_gather import classify as classify_scatter_gather
+from .scatter_gather import scatter_gather as ScatterGather  # the seeds' name: ScatterGather(comm, data, src, dst, unit, total)
 
 __all__ = ["CollectivesMixin", "CollectiveMismatch", "ALGORITHMS", "DEFAULTS", "Group", "SubComm", "UNDEFINED",
-           "chunk_bounds", "chunk_sizes", "fold_roles", "classify_scatter_gather",
+           "chunk_bounds", "chunk_sizes", "fold_roles", "classify_scatter_gather", "ScatterGather",
            "token_ring_barrier", "dissemination_barrier"]
 
 

@@ -17,13 +17,10 @@ from .consensus import __all__ as _c
 from .dpsgd import *  # noqa: F401,F403
 from .dpsgd import __all__ as _d
 
-__all__ = [*_t, *_m, *_c, *_d]
+from .workers import *  # noqa: F401,F403
+from .workers import __all__ as _w
+from .run import *  # noqa: F401,F403
+from .run import __all__ as _r
+from . import workers  # noqa: F401  (the notebook shows their source)
 
-try:  # the process-based parts need the runtime (course_lib.Cluster)
-    from .workers import *  # noqa: F401,F403
-    from .workers import __all__ as _w
-    from .run import *  # noqa: F401,F403
-    from .run import __all__ as _r
-    __all__ += [*_w, *_r]
-except ImportError:  # pragma: no cover - only while the runtime is missing
-    pass
+__all__ = [*_t, *_m, *_c, *_d, *_w, *_r]

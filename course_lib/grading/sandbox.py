@@ -118,27 +118,34 @@ class _Tree:
     def __init__(self, proc):
         self.proc, self.seen = proc, {}
 
-    def scan(self):
+    def scan(self, group: bool = False):
+        """Record the runner's descendants (and, with ``group``, every member of its process group)."""
         try:
             import psutil
 
-            for p in psutil.Process(self.proc.pid).children(recursive=True):
-                try:
-                    self.seen.setdefault(p.pid, p.create_time())
-                except psutil.Error:
-                    pass
+            procs = psutil.Process(self.proc.pid).children(recursive=True)
         except Exception:  # noqa: BLE001 - the runner may be gone already
-            pass
+            procs = []
+        if group and hasattr(os, "getpgid"):
+            import psutil
+
+            for pid in psutil.pids():
+                try:
+                    if os.getpgid(pid) == self.proc.pid:
+                        procs.append(psutil.Process(pid))
+                except (OSError, psutil.Error):
+                    pass
+        for p in procs:
+            try:
+                self.seen.setdefault(p.pid, p.create_time())
+            except Exception:  # noqa: BLE001
+                pass
 
     def kill(self):
-        self.scan()
-        if os.name == "posix":
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, OSError):
-                pass
-        else:  # pragma: no cover - Windows
-            self.proc.kill()
+        """Kill everything, but let multiprocessing's resource trackers exit by themselves first:
+        once their clients are dead they unlink the semaphores and shared memory those left behind."""
+        self.scan(group=True)
+        trackers, others = [], []
         try:
             import psutil
 
@@ -146,11 +153,32 @@ class _Tree:
                 try:
                     p = psutil.Process(pid)
                     if abs(p.create_time() - ctime) < 1e-3:
-                        p.kill()
+                        is_tracker = "resource_tracker" in " ".join(p.cmdline())
+                        (trackers if is_tracker else others).append(p)
                 except psutil.Error:
                     pass
+            self.proc.kill()
+            for p in others:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            if trackers:
+                psutil.wait_procs(trackers, timeout=3)
         except ImportError:
             pass
+        if os.name == "posix":
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
+        else:  # pragma: no cover - Windows
+            self.proc.kill()
+        for p in trackers:
+            try:
+                p.kill()
+            except Exception:  # noqa: BLE001 - gone already
+                pass
         self.proc.wait(timeout=10)
 
 

@@ -145,6 +145,8 @@ def main(argv=None) -> int:
     p.add_argument("--start-method", default=None, choices=["fork", "spawn", "forkserver"])
     a = p.parse_args(argv)
     limits = Limits(cell_timeout=a.cell_timeout, timeout=a.timeout, memory_mb=a.memory_mb or None)
+    if not Path(a.hidden).is_dir():
+        print(f"note: no instructor checks in {a.hidden}; grading with the visible checks only", file=sys.stderr)
     try:
         rows = grade_paths(a.paths, a.out, limits, hidden_dir=a.hidden, seed=a.seed, jobs=a.jobs,
                            lesson=a.lesson, start_method=a.start_method)

@@ -27,6 +27,7 @@ from .trace import Stats, Tracer
 
 ANY_SOURCE = -1
 ANY_TAG = -1
+MAX_TAG = 2 ** 31  # tags travel as 32-bit integers in the frame header (MPI guarantees only 32767)
 
 
 class PeerLost(ConnectionError):
@@ -152,10 +153,10 @@ class Comm(CollectivesMixin):
 
     @staticmethod
     def _check_tag(tag, allow_any: bool = False) -> None:
-        if type(tag) is int and (tag >= 0 or (allow_any and tag == ANY_TAG)):
+        if type(tag) is int and (0 <= tag < MAX_TAG or (allow_any and tag == ANY_TAG)):
             return
         if isinstance(tag, bool) or not isinstance(tag, int) or (tag < 0 and not (allow_any and tag == ANY_TAG)):
-            raise ValueError(f"tag must be an int >= 0, got {tag!r}")
+            raise ValueError(f"tag must be an int in [0, {MAX_TAG}), got {tag!r}")
 
     # -- point to point --------------------------------------------------------
     def send(self, obj, dest: int, tag: int = 0) -> None:

@@ -21,6 +21,15 @@ from ..ops import SUM, as_op
 from ._p2p import chunk_bounds, is_array
 
 
+def _ufuncs():
+    from .. import ops
+
+    return {ops._sum: np.add, ops._prod: np.multiply, ops._max: np.maximum, ops._min: np.minimum}
+
+
+_UFUNCS = _ufuncs()
+
+
 def allreduce_shm(comm, x, op=SUM, workspace=None):
     if not is_array(x):
         raise TypeError(f"allreduce_shm needs a numpy array, got {type(x).__name__}")
@@ -52,10 +61,18 @@ def allreduce_shm(comm, x, op=SUM, workspace=None):
     comm.barrier_with("dissemination")        # every row written
     b = chunk_bounds(n, p)
     mine = slice(b[r], b[r + 1])
-    acc = a[0, mine].copy()
-    for i in range(1, p):                      # rank order: fine for non-commutative ops
-        acc = op(acc, a[i, mine])
-    a[0, mine] = acc                            # my block only: nobody else reads it now
+    ufunc = _UFUNCS.get(op.fn)
+    if ufunc is not None:                      # built-in ops: reduce in place, no temporaries
+        block = a[0, mine]
+        for i in range(1, p):                  # rank order, as below
+            ufunc(block, a[i, mine], out=block)
+        del block                              # no view may outlive the segment's close()
+        acc = None
+    else:
+        acc = a[0, mine].copy()
+        for i in range(1, p):                  # rank order: fine for non-commutative ops
+            acc = op(acc, a[i, mine])
+        a[0, mine] = acc                       # my block only: nobody else reads it now
     comm.barrier_with("dissemination")        # every block reduced
     out = a[0].copy().reshape(x.shape)
     del a, acc

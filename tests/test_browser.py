@@ -32,21 +32,24 @@ NOTEBOOKS = Path(os.environ.get("COURSE_BROWSER_NOTEBOOKS", REPO / "notebooks"))
 ARTIFACTS = REPO / "artifacts" / "browser"
 
 OPEN_TIMEOUT = 60.0  # page load + kernel start on a busy 2-core machine
-RUN_TIMEOUT = 90.0   # a lesson executes in < 60 s headless
+RUN_TIMEOUT = 120.0  # a lesson executes in < 60 s headless; the browser and a busy machine add to it
 SLIDER_TIMEOUT = 30.0
 
 pytestmark = [pytest.mark.browser]
 
 
-# Known student-facing bugs found by this test, reported to the lessons' authors. Non-strict:
-# the test runs in full and passes once the notebook is fixed; then delete the entry.
+# Known student-facing bugs found by this test, reported to the lessons' authors:
+# {notebook: (what is wrong, text its failure must contain)}. Only that failure is an xfail; any
+# other failure fails, and the test passes (with a warning) once the notebook is fixed.
 KNOWN_BUGS = {
-    "01_mapreduce_gd": "the last cell releases the shared arrays Xs, ys that the explore() widget "
-                       "uses, so after Run All, moving a slider and clicking Run Interact raises "
-                       "'ValueError: shared array ... was released'",
-    "03_async_parameter_server": "the last cell closes the clusters that the play() widget reuses "
-                                 "(cluster_for), so after Run All, moving a slider raises "
-                                 "'RuntimeError: this Cluster is closed; create a new one'",
+    "01_mapreduce_gd": (
+        "the last cell releases the shared arrays Xs, ys that the explore() widget uses, so after "
+        "Run All, moving a slider and clicking Run Interact raises 'ValueError: shared array ... was released'",
+        "was released"),
+    "03_async_parameter_server": (
+        "the last cell closes the clusters that the play() widget reuses (cluster_for), so after "
+        "Run All, moving a slider raises 'RuntimeError: this Cluster is closed; create a new one'",
+        "this Cluster is closed"),
 }
 
 
@@ -54,8 +57,7 @@ def _notebooks():
     found = sorted(NOTEBOOKS.glob("*.ipynb")) if NOTEBOOKS.is_dir() else []
     if not found:
         return [pytest.param(None, marks=pytest.mark.skip(reason=f"no notebooks in {NOTEBOOKS}"))]
-    return [pytest.param(p, id=p.stem, marks=[pytest.mark.xfail(reason=KNOWN_BUGS[p.stem], strict=False)]
-                         if p.stem in KNOWN_BUGS else []) for p in found]
+    return [pytest.param(p, id=p.stem) for p in found]
 
 
 @pytest.fixture(scope="module")
@@ -85,15 +87,30 @@ def clean_kernels(server):
     assert not left, f"kernels still running after shutdown: {left}"
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("notebook", _notebooks())
 def test_notebook_in_jupyterlab(notebook, browser, server, clean_kernels):
+    known = KNOWN_BUGS.get(notebook.stem)
+    try:
+        _check_notebook(notebook, browser, server)
+    except AssertionError as e:
+        if known and known[1] in str(e):
+            pytest.xfail(f"known bug: {known[0]}")
+        raise
+    if known:
+        warnings.warn(f"{notebook.name} passes now: remove it from KNOWN_BUGS in {Path(__file__).name}")
+
+
+def _check_notebook(notebook, browser, server):
     t0 = time.monotonic()
     page = lab.NotebookPage(browser, server, f"notebooks/{notebook.name}")
+    phases = {}
     try:
         page.open(timeout=OPEN_TIMEOUT)
+        phases["open"] = time.monotonic() - t0
         page.run_all()
         state = page.wait_finished(timeout=RUN_TIMEOUT)
+        phases["run all"] = time.monotonic() - t0 - phases["open"]
         errors = lab.cell_errors(state)
         assert not errors, f"{notebook.name}: cells failed in JupyterLab:\n" + "\n\n".join(errors)
 
@@ -112,6 +129,10 @@ def test_notebook_in_jupyterlab(notebook, browser, server, clean_kernels):
         for m in moved["tried"]:
             page.notes.append(f"the slider {m['slider']['label']!r} in cell {m['slider']['cell']} changed no "
                               "output; a later slider did")
+        phases["slider"] = time.monotonic() - t0 - phases["open"] - phases["run all"]
+        toasts = page.toasts()
+        if toasts:
+            page.notes.append(f"notifications on screen: {toasts}")
         # the move ran code in the kernel; it must not have raised either
         errors = lab.cell_errors(page.state())
         assert not errors, f"{notebook.name}: errors after moving the slider:\n" + "\n\n".join(errors)
@@ -121,8 +142,10 @@ def test_notebook_in_jupyterlab(notebook, browser, server, clean_kernels):
     elapsed = time.monotonic() - t0
     for note in page.notes:
         warnings.warn(f"{notebook.name}: {note}")
-    print(f"{notebook.name}: {elapsed:.1f} s in the browser, slider {moved['before']} -> {moved['after']} "
-          f"by {moved['method']}, changed outputs {moved['changed']}")
+    print(f"{notebook.name}: {elapsed:.1f} s in the browser ("
+          + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+          + f"); slider {moved['slider']['label']!r} {moved['before']} -> {moved['after']} by {moved['method']}, "
+          f"changed outputs {moved['changed']}")
 
 
 LIVE_LOG_CELL = '''\

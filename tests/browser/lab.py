@@ -604,6 +604,10 @@ class NotebookPage:
         self.page.mouse.move(x + 40, y, steps=5)
         self.page.mouse.up()
 
+    def toasts(self) -> list[str]:
+        """Texts of the notification toasts on screen (the news notice would be one)."""
+        return [t.strip()[:200] for t in self.page.locator(".Toastify__toast").all_inner_texts()]
+
     def screenshot(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(Exception):

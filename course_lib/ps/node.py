@@ -1,0 +1,367 @@
+"""Server and worker nodes of a small parameter server (after Li et al., OSDI 2014 and ps-lite).
+
+Ranks ``0 .. S-1`` are servers, ranks ``S .. S+W-1`` workers (worker id ``w = rank - S``).
+Keys live on a consistent-hashing ring (:mod:`.ring`); the arc of point ``i`` is key range
+``i``, held by its chain: the owner of point ``i`` then the next ``k`` distinct live servers.
+
+Worker API (ps-lite style, non-blocking)::
+
+    ts = kv.push(keys, values)   # sorted distinct keys; sliced by range; returns a timestamp
+    ts = kv.pull(keys)
+    vals = kv.wait(ts)           # block until every slice of request ts is answered
+    kv.advance()                 # finished one iteration: tell every server my new clock
+
+Messages (tuples; numpy arrays travel as raw bytes)::
+
+    worker -> head:   ("push", w, ts, clock, pieces)   pieces = [(pid, arc, keys, values), ...]
+                      ("pull", w, ts, clock, pieces)   pieces = [(pid, arc, keys, None), ...]
+    worker -> all:    ("clock", w, c)   ("done", w)
+    server -> next:   ("fwd",  w, ts, clock, pieces)   chain replication, once per push
+    tail   -> worker: ("ack", ts, pids)
+    head   -> worker: ("vals", ts, [(pid, values), ...])
+
+(``pid`` numbers the slices of one request: the wrapping arc 0 can give two slices.)
+
+A push is acknowledged by the *tail* of each range's chain, so an acknowledged update is on
+every replica. A worker re-sends every unanswered slice to the new head when a server dies
+(``PeerLost``); servers remember ``(worker, ts, pid)`` so a re-sent push is applied once.
+Reads are deferred by the server until the bounded-delay gate holds (:mod:`.consistency`).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from course_lib.comm import PeerLost
+
+from .consistency import INF
+from .filters import soft_threshold
+from .keys import check_request, slice_request
+from .ring import HashRing
+from .vclock import RangeClock
+
+
+@dataclass
+class PSConfig:
+    n_servers: int = 2
+    n_workers: int = 2
+    n_keys: int = 1 << 16
+    val_len: int = 1
+    vnodes: int = 4
+    replicas: int = 0          # k: each range also lives on the next k servers
+    tau: float = INF           # bounded delay; 0 sequential, INF eventual
+    updater: str = "sum"       # "sum": w += v ; "l1": w <- soft(w - eta v, eta lam)
+    eta: float = 0.1
+    lam: float = 0.0
+
+    def ring(self) -> HashRing:
+        return HashRing(range(self.n_servers), self.n_keys, self.vnodes)
+
+    @property
+    def size(self) -> int:
+        return self.n_servers + self.n_workers
+
+
+def _forget(comm, peer: int) -> None:
+    """Stop listening to a dead peer.
+
+    Works around the runtime: a failed ``send`` marks the peer dead without unregistering its
+    link from the selector, so every later ``recv_any`` would raise ``PeerLost`` for it again
+    and could starve the live links. Unregister it the way a failed receive does."""
+    if peer in getattr(comm, "_dead", ()) and hasattr(comm, "_mark_dead"):
+        comm._dead.discard(peer)
+        comm._mark_dead(peer)
+
+
+# ---------------------------------------------------------------------------- server
+def serve(comm, cfg: PSConfig) -> dict:
+    """Server loop of rank ``comm.rank``; returns its store and what it recorded."""
+    me, S, W = comm.rank, cfg.n_servers, cfg.n_workers
+    ring = cfg.ring()
+    store = np.zeros((cfg.n_keys, cfg.val_len))
+    clocks = np.zeros(W)                  # latest clock heard from each worker (INF once done)
+    dead: set = set()
+    applied: set = set()                  # (worker, ts, pid) already in the store
+    deferred: list = []                   # pulls waiting for the gate
+    reads: list = []                      # (worker, t, min clock when served, seconds deferred)
+    vclock = RangeClock(cfg.n_keys, W)
+    forwarded: dict = {}                  # next server -> [(worker, ts, pid)] we forwarded to it
+    n_push = n_dup = n_fwd = 0
+    done = np.zeros(W, dtype=bool)
+
+    def send(obj, dest):
+        try:
+            comm.send(obj, dest)
+            return True
+        except PeerLost:
+            peer_died(dest)
+            return False
+
+    def peer_died(p):
+        if p in dead:
+            return
+        dead.add(p)
+        _forget(comm, p)
+        if p < S:                          # our successor died: we are the tail of what we sent it
+            by = {}
+            for w, ts, pid in forwarded.pop(p, []):
+                by.setdefault((w, ts), []).append(pid)
+            for (w, ts), pids in by.items():
+                send(("ack", ts, pids), S + w)
+        else:                              # a worker died: it no longer holds anyone back
+            done[p - S] = True
+            clocks[p - S] = INF
+
+    def apply(w, ts, clock, pieces):
+        """Apply new pieces; forward them along each chain; the tail acknowledges."""
+        nonlocal n_push, n_dup, n_fwd
+        onward, acks = {}, []
+        for pid, arc, keys, vals in pieces:
+            tag = (w, ts, pid)
+            if tag in applied:
+                n_dup += 1
+            else:
+                applied.add(tag)
+                n_push += 1
+                v = vals.reshape(-1, cfg.val_len)
+                if cfg.updater == "l1":
+                    store[keys] = soft_threshold(store[keys] - cfg.eta * v, cfg.eta * cfg.lam)
+                else:
+                    store[keys] += v
+                if keys.size:
+                    vclock.update(int(keys[0]), int(keys[-1]) + 1, w, clock + 1)
+            chain = ring.chain(arc, cfg.replicas, dead)
+            nxt = chain[chain.index(me) + 1] if me in chain and chain.index(me) + 1 < len(chain) else None
+            if nxt is None:
+                acks.append(pid)
+            else:
+                onward.setdefault(nxt, []).append((pid, arc, keys, vals))
+        for dest, ps in onward.items():
+            if send(("fwd", w, ts, clock, ps), dest):
+                n_fwd += 1
+                forwarded.setdefault(dest, []).extend((w, ts, p[0]) for p in ps)
+            else:                          # the next replica died: we may be the tail now
+                acks_more = apply_again(w, ts, clock, ps)
+                acks.extend(acks_more)
+        if acks:
+            send(("ack", ts, acks), S + w)
+
+    def apply_again(w, ts, clock, pieces):
+        out = []
+        for piece in pieces:
+            chain = ring.chain(piece[1], cfg.replicas, dead)
+            if me not in chain or chain[-1] == me:
+                out.append(piece[0])
+            else:
+                nxt = chain[chain.index(me) + 1]
+                if send(("fwd", w, ts, clock, [piece]), nxt):
+                    forwarded.setdefault(nxt, []).append((w, ts, piece[0]))
+                else:
+                    out.extend(apply_again(w, ts, clock, [piece]))
+        return out
+
+    def try_reads():
+        lo = float(np.min(clocks)) if W else INF
+        keep = []
+        for w, ts, t, pieces, arrived in deferred:
+            if cfg.tau == INF or lo >= t - cfg.tau:
+                reads.append((w, t, lo, time.perf_counter() - arrived))
+                send(("vals", ts, [(pid, store[keys].ravel().copy()) for pid, _, keys, _ in pieces]), S + w)
+            else:
+                keep.append((w, ts, t, pieces, arrived))
+        deferred[:] = keep
+
+    while not done.all():
+        try:
+            src, msg = comm.recv_any()
+        except PeerLost as exc:
+            p = exc.rank
+            if p < 0:
+                break
+            peer_died(p)
+            try_reads()
+            continue
+        kind = msg[0]
+        if kind == "push" or kind == "fwd":
+            _, w, ts, clock, pieces = msg
+            with comm.compute("apply"):    # faults fire here: a server dies between two pushes
+                apply(w, ts, clock, pieces)
+        elif kind == "pull":
+            _, w, ts, t, pieces = msg
+            deferred.append((w, ts, t, pieces, time.perf_counter()))
+        elif kind == "clock":
+            clocks[msg[1]] = max(clocks[msg[1]], msg[2])
+        elif kind == "done":
+            done[msg[1]] = True
+            clocks[msg[1]] = INF
+        try_reads()
+    return {"rank": me, "store": store, "reads": reads, "clocks": clocks, "n_push": n_push, "n_dup": n_dup,
+            "n_fwd": n_fwd, "vclock_segments": len(vclock), "vclock": vclock.segments,
+            "dead_seen": sorted(dead)}
+
+
+# ---------------------------------------------------------------------------- worker
+@dataclass
+class _Request:
+    kind: str
+    keys: np.ndarray
+    pieces: list                     # [(pid, arc, keys, values)]
+    todo: set                        # pids not answered yet
+    answers: dict = field(default_factory=dict)
+    values: np.ndarray = None
+
+
+class KVWorker:
+    """The worker side: ``push``, ``pull``, ``wait`` over key ranges (one per worker rank)."""
+
+    def __init__(self, comm, cfg: PSConfig):
+        self.comm, self.cfg = comm, cfg
+        self.w = comm.rank - cfg.n_servers
+        self.ring = cfg.ring()
+        self.clock = 0
+        self.dead: set = set()
+        self.pending: dict = {}
+        self.next_ts = 0
+        self.wait_time = 0.0
+        self.resent = 0
+        self.log: list = []          # every push (keys, values): the update sequence, for replay
+
+    # -- helpers
+    def _head(self, arc):
+        chain = self.ring.chain(arc, self.cfg.replicas, self.dead)
+        if not chain:
+            raise RuntimeError(f"every replica of key range {arc} is dead")
+        return chain[0]
+
+    def _send_pieces(self, kind, ts, pieces):
+        by_server = {}
+        for p in pieces:
+            by_server.setdefault(self._head(p[1]), []).append(p)
+        for s, ps in by_server.items():
+            try:
+                self.comm.send((kind, self.w, ts, self.clock, ps), s)
+            except PeerLost:
+                self._lost(s)            # re-sends everything unanswered, these pieces included
+                return
+
+    def _lost(self, s):
+        _forget(self.comm, s)
+        if s in self.dead:
+            return
+        self.dead.add(s)
+        for ts, req in list(self.pending.items()):
+            again = [p for p in req.pieces if p[0] in req.todo]
+            if again:
+                self.resent += len(again)
+                self._send_pieces(req.kind, ts, again)
+
+    def _request(self, kind, keys, values=None):
+        keys, values = check_request(keys, values, self.cfg.n_keys, self.cfg.val_len)
+        pieces = [(i, *p) for i, p in enumerate(slice_request(self.ring.points, keys, values, self.cfg.val_len))]
+        ts = self.next_ts
+        self.next_ts += 1
+        self.pending[ts] = _Request(kind, keys, pieces, {p[0] for p in pieces})
+        if kind == "push":
+            self.log.append((keys, values))
+        self._send_pieces(kind, ts, pieces)
+        return ts
+
+    # -- API
+    def push(self, keys, values) -> int:
+        return self._request("push", keys, values)
+
+    def pull(self, keys) -> int:
+        return self._request("pull", keys)
+
+    def wait(self, ts):
+        """Block until request ``ts`` is complete; a pull returns its values in key order."""
+        start = time.perf_counter()
+        while ts in self.pending and self.pending[ts].todo:
+            try:
+                src, msg = self.comm.recv_any()
+            except PeerLost as exc:
+                if exc.rank < 0 or exc.rank >= self.cfg.n_servers:
+                    raise RuntimeError(f"worker {self.w}: lost rank {exc.rank} while waiting for request {ts}") from exc
+                self._lost(exc.rank)
+                continue
+            kind, rts = msg[0], msg[1]
+            req = self.pending.get(rts)
+            if req is None:
+                continue                   # a late duplicate answer
+            if kind == "ack":
+                req.todo -= set(msg[2])
+            elif kind == "vals":
+                for pid, v in msg[2]:
+                    if pid in req.todo:
+                        req.answers[pid] = v
+                        req.todo.discard(pid)
+        self.wait_time += time.perf_counter() - start
+        req = self.pending.pop(ts, None)
+        if req is None or req.kind == "push":
+            return None
+        parts = [req.answers[p[0]] for p in req.pieces]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def wait_all(self):
+        for ts in sorted(self.pending):
+            self.wait(ts)
+
+    def advance(self):
+        """Finished an iteration: the clock goes up and every live server hears it."""
+        self.clock += 1
+        for s in range(self.cfg.n_servers):
+            if s not in self.dead:
+                try:
+                    self.comm.send(("clock", self.w, self.clock), s)
+                except PeerLost:
+                    self._lost(s)
+
+    def finish(self):
+        self.wait_all()
+        for s in range(self.cfg.n_servers):
+            if s not in self.dead:
+                try:
+                    self.comm.send(("done", self.w), s)
+                except PeerLost:
+                    self.dead.add(s)
+                    _forget(self.comm, s)
+
+
+def ps_node(comm, cfg: PSConfig, worker_fn, *args):
+    """SPMD entry point: servers serve, workers run ``worker_fn(kv, *args)`` then finish."""
+    if comm.size != cfg.size:
+        raise ValueError(f"the cluster has {comm.size} ranks, the config needs {cfg.size} "
+                         f"({cfg.n_servers} servers + {cfg.n_workers} workers)")
+    if comm.rank < cfg.n_servers:
+        return serve(comm, cfg)
+    kv = KVWorker(comm, cfg)
+    try:
+        out = worker_fn(kv, *args)
+        kv.finish()
+    except BaseException:
+        kv.pending.clear()               # failing: release the servers, then report the error
+        kv.finish()
+        raise
+    return {"result": out, "wait_time": kv.wait_time, "log": kv.log, "resent": kv.resent,
+            "dead_seen": sorted(kv.dead)}
+
+
+def gather_store(results, cfg: PSConfig):
+    """Final parameters: each key from the first surviving server of its chain."""
+    ring = cfg.ring()
+    dead = {r for r in range(cfg.n_servers) if results[r] is None}
+    out = np.zeros((cfg.n_keys, cfg.val_len))
+    arcs = ring.arcs(np.arange(cfg.n_keys))
+    for a in range(len(ring.points)):
+        chain = ring.chain(a, cfg.replicas, dead)
+        if not chain:
+            raise RuntimeError(f"key range {a} was lost: all {cfg.replicas + 1} copies died")
+        m = arcs == a
+        out[m] = results[chain[0]]["store"][m]
+    return out
+
+
+__all__ = ["PSConfig", "serve", "KVWorker", "ps_node", "gather_store"]

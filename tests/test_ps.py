@@ -1,0 +1,258 @@
+"""Lesson 05: the parameter server internals (course_lib.ps), against single-process baselines."""
+import numpy as np
+import pytest
+
+from course_lib import Cluster, Fault
+from course_lib.ps import (INF, BadRequest, HashRing, PSConfig, RangeClock, check_request, gather_store,
+                           keys_moved, kkt_filter, logloss, make_ctr, merge_clocks, modulo_owner, ps_node,
+                           replay, ring_lookup, significantly_modified, slice_request, train)
+
+
+# ---------------------------------------------------------------- ring and key ranges
+def test_ring_lookup_wraps_around():
+    points, owners = [10, 20, 30], [7, 8, 9]
+    assert ring_lookup(points, owners, 0) == 7 and ring_lookup(points, owners, 10) == 7
+    assert ring_lookup(points, owners, 11) == 8 and ring_lookup(points, owners, 30) == 9
+    assert ring_lookup(points, owners, 31) == 7                      # past the last point: wrap
+    assert list(ring_lookup(points, owners, np.array([5, 25, 99]))) == [7, 9, 7]
+
+
+@pytest.mark.parametrize("S", [4, 8])
+def test_join_and_leave_move_about_K_over_S_keys_modulo_moves_most(S):
+    K = 1 << 15
+    ring = HashRing(range(S), K, vnodes=64)
+    bigger = ring.copy()
+    bigger.add(S)
+    moved = keys_moved(ring.lookup, bigger.lookup, K)
+    assert 0.4 * K / (S + 1) < moved < 2.0 * K / (S + 1)
+    # every moved key went to the new server
+    k = np.arange(K)
+    assert np.all(bigger.lookup(k)[ring.lookup(k) != bigger.lookup(k)] == S)
+    naive = keys_moved(modulo_owner(S), modulo_owner(S + 1), K)
+    assert naive > 0.8 * K * (1 - 1 / (S + 1)) and naive > 3 * moved
+    smaller = ring.copy()
+    smaller.remove(0)
+    left = keys_moved(ring.lookup, smaller.lookup, K)
+    assert left == ring.load()[0]                                  # only server 0's keys move
+
+
+def test_join_with_one_point_moves_keys_of_one_range_only():
+    K = 10_000
+    ring = HashRing(range(5), K, vnodes=3)
+    new = ring.copy()
+    new.add(99, vnodes=1)
+    (p,) = new.points[new.owners == 99]
+    k = np.arange(K)
+    changed = k[ring.lookup(k) != new.lookup(k)]
+    assert len(changed) > 0
+    assert len(np.unique(ring.arcs(changed))) == 1                 # all from the arc p fell into
+    assert np.all(new.lookup(changed) == 99) and changed.max() == p
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_slices_concatenate_back(seed):
+    rng = np.random.default_rng(seed)
+    ring = HashRing(range(3), 5000, vnodes=5)
+    keys = np.unique(rng.integers(0, 5000, 300))
+    vals = rng.standard_normal(2 * len(keys))
+    pieces = slice_request(ring.points, keys, vals, val_len=2)
+    assert np.array_equal(np.concatenate([p[1] for p in pieces]), keys)
+    assert np.array_equal(np.concatenate([p[2] for p in pieces]), vals)
+    for arc, ks, _ in pieces:
+        assert np.all(ring.arcs(ks) == arc)
+
+
+@pytest.mark.parametrize("keys, values, match", [
+    ([3, 1, 2], None, "sorted"), ([1, 2, 2], None, "duplicate"), ([1, 5, 100], None, "outside"),
+    ([-1, 2], None, "outside"), ([1, 2, 3], [1.0, 2.0], "need 3 values"), ([0.5, 1.0], None, "integers")])
+def test_bad_requests_are_rejected(keys, values, match):
+    with pytest.raises(BadRequest, match=match):
+        check_request(keys, values, n_keys=100)
+
+
+# ---------------------------------------------------------------- vector clocks and filters
+@pytest.mark.parametrize("seed", range(4))
+def test_range_clock_equals_per_key_clock(seed):
+    rng = np.random.default_rng(seed)
+    K, n = 200, 3
+    rc, other = RangeClock(K, n), RangeClock(K, n)
+    per_key = np.zeros((K, n), dtype=int)
+    for c in (rc, other):
+        for _ in range(30):
+            lo, hi = sorted(rng.integers(0, K + 1, 2))
+            node, t = int(rng.integers(n)), int(rng.integers(1, 50))
+            c.update(lo, hi, node, t)
+            per_key[lo:hi, node] = np.maximum(per_key[lo:hi, node], t)
+    rc.merge(other)
+    assert all(np.array_equal(rc.at(k), per_key[k]) for k in range(K))
+    assert len(rc) < K                                           # ranges, not one clock per key
+    segs = rc.segments
+    assert segs[0][0] == 0 and segs[-1][1] == K and all(a[1] == b[0] for a, b in zip(segs, segs[1:]))
+
+
+def test_merge_clocks_takes_the_max_on_the_common_refinement():
+    a = [(0, 5, np.array([1, 0])), (5, 10, np.array([2, 0]))]
+    b = [(0, 3, np.array([0, 4])), (3, 10, np.array([0, 1]))]
+    got = merge_clocks(a, b)
+    want = [(0, 3, [1, 4]), (3, 5, [1, 1]), (5, 10, [2, 1])]
+    assert [(lo, hi, list(v)) for lo, hi, v in got] == want
+
+
+def test_significantly_modified_loses_nothing():
+    rng = np.random.default_rng(0)
+    keys = np.arange(50)
+    r = rng.standard_normal(50) * 0.01
+    k, v, kept = significantly_modified(keys, r, 0.01)
+    assert np.all(np.abs(v) > 0.01) and np.all(np.abs(kept) <= 0.01)
+    total = kept.copy()
+    total[k] += v
+    assert np.allclose(total, r)
+
+
+def test_kkt_filter_drops_only_updates_that_keep_zero():
+    from course_lib.ps import soft_threshold
+    keys = np.arange(6)
+    w = np.array([0, 0, 0, 0.5, 0, -1.0])
+    g = np.array([0.05, -0.2, 0.09, 0.01, -0.1, 0.0])
+    k, v = kkt_filter(keys, g, w, lam=0.1)
+    assert list(k) == [1, 3, 5]
+    eta = 0.3
+    dropped = np.setdiff1d(keys, k)
+    assert np.all(soft_threshold(w[dropped] - eta * g[dropped], eta * 0.1) == 0)
+
+
+# ---------------------------------------------------------------- real processes
+def pushes(kv, R, keys, v):
+    for _ in range(R):
+        kv.push(keys, v)
+        kv.advance()
+    kv.wait_all()
+    return kv.wait(kv.pull(keys))
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_summing_server_R_pushes_then_pull(start_method):
+    cfg = PSConfig(n_servers=3, n_workers=2, n_keys=4096, val_len=2, vnodes=3, tau=0)  # the last pull sees all
+    keys = np.unique(np.random.default_rng(1).integers(0, 4096, 500))
+    v = np.random.default_rng(2).integers(-3, 4, 2 * len(keys)).astype(float)
+    with Cluster(cfg.size, start_method=start_method, timeout=60) as c:
+        res = c.run(ps_node, cfg, pushes, 4, keys, v)
+    for r in res[3:]:
+        assert np.array_equal(r["result"], 2 * 4 * v)              # W * R * v, in key order
+    w = gather_store(list(res), cfg)
+    assert np.array_equal(w[keys].ravel(), 8 * v) and np.count_nonzero(w) == np.count_nonzero(v)
+    M = np.asarray(res.stats.messages)
+    assert all(M[s, 3:].sum() > 0 for s in range(3))                 # every server answered
+
+
+def bad_worker(kv):
+    errors = []
+    for keys, vals in [([5, 3], [1.0, 1.0]), ([1, 1], [1.0, 1.0]), ([1, 9999], [1.0, 1.0]), ([1, 2], [1.0])]:
+        try:
+            kv.push(keys, vals)
+        except BadRequest as exc:
+            errors.append(str(exc))
+    return errors
+
+
+def test_bad_input_fails_at_the_worker_before_sending():
+    cfg = PSConfig(n_servers=2, n_workers=1, n_keys=1000)
+    with Cluster(cfg.size, timeout=30) as c:
+        res = c.run(ps_node, cfg, bad_worker)
+    assert len(res[2]["result"]) == 4
+    M = np.asarray(res.stats.messages)
+    assert M[2, :2].tolist() == [1, 1]                              # only the final "done" to each server
+    assert res[0]["n_push"] == res[1]["n_push"] == 0
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_ctr(n=3000, n_keys=1 << 17, nnz=30, seed=0)
+
+
+def test_workers_pull_only_touched_keys(data):
+    cfg = PSConfig(n_servers=2, n_workers=2, n_keys=data.n_keys)
+    with Cluster(cfg.size, timeout=60) as c:
+        r = train(c, data, cfg, iters=15, batch=32, eta=0.5)
+    dense = 2 * 15 * data.n_keys * 8
+    assert r.pulled_keys * 8 <= r.bytes_server_to_worker < 1.3 * r.pulled_keys * 8 + 20_000
+    assert r.bytes_server_to_worker < 0.03 * dense
+    assert r.loss < logloss(data, np.zeros(data.n_keys)) - 0.01
+
+
+@pytest.mark.parametrize("tau", [0, 1, 3])
+def test_ssp_invariant_holds_on_every_read(data, tau):
+    cfg = PSConfig(n_servers=2, n_workers=3, n_keys=data.n_keys, tau=tau)
+    with Cluster(cfg.size, timeout=60) as c:
+        for seed in range(3):
+            r = train(c, data, cfg, iters=12, batch=16, eta=0.5, seed=seed, work=0.003)
+            assert len(r.reads) >= 3 * 12                          # every read recorded, on some server
+            assert r.ssp_violations(tau) == []
+            if tau == 0:                                           # sequential: nobody reads ahead
+                assert all(m >= t for _, t, m, _ in r.reads)
+
+
+def test_gate_wait_does_not_grow_with_tau(data):
+    cfg = PSConfig(n_servers=2, n_workers=3, n_keys=data.n_keys)
+    waits = {}
+    with Cluster(cfg.size, timeout=60) as c:
+        for tau in (0, 2, INF):
+            cfg.tau = tau
+            waits[tau] = np.mean([train(c, data, cfg, iters=12, batch=16, eta=0.5, seed=s, work=0.01).gate_wait
+                                  for s in range(2)])
+    assert waits[INF] < 0.002                                     # eventual: never held back
+    assert waits[INF] <= waits[2] * 1.5 + 1e-3 and waits[2] <= waits[0] * 1.5 + 1e-3
+    assert waits[0] > 2 * waits[INF]
+
+
+def test_significantly_modified_filter_saves_traffic(data):
+    cfg = PSConfig(n_servers=2, n_workers=2, n_keys=data.n_keys)
+    with Cluster(cfg.size, timeout=60) as c:
+        full = train(c, data, cfg, iters=15, batch=32, eta=0.5)
+        filt = train(c, data, cfg, iters=15, batch=32, eta=0.5, theta=1e-2)
+    assert full.pushed_keys == full.unfiltered_keys
+    assert filt.pushed_keys < 0.6 * filt.unfiltered_keys
+    assert filt.bytes_worker_to_server < 0.8 * full.bytes_worker_to_server
+    assert filt.loss < logloss(data, np.zeros(data.n_keys))
+
+
+def deterministic_pushes(kv, R, n_keys, seed):
+    rng = np.random.default_rng(seed * 100 + kv.w)
+    for _ in range(R):
+        keys = np.unique(rng.integers(0, n_keys, 40))
+        kv.wait(kv.pull(keys))
+        kv.push(keys, rng.integers(-5, 6, len(keys)).astype(float))
+        kv.advance()
+    return None
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_killed_server_loses_no_acknowledged_update(start_method):
+    cfg = PSConfig(n_servers=3, n_workers=2, n_keys=2000, vnodes=3, replicas=1)
+    with Cluster(cfg.size, start_method=start_method, timeout=60, on_failure="continue") as c:
+        clean = c.run(ps_node, cfg, deterministic_pushes, 25, cfg.n_keys, 0)
+        hurt = c.run(ps_node, cfg, deterministic_pushes, 25, cfg.n_keys, 0, faults={1: Fault("kill", step=12)})
+    assert list(hurt.failures) == [1] and hurt[1] is None
+    w_clean, w_hurt = gather_store(list(clean), cfg), gather_store(list(hurt), cfg)
+    assert np.array_equal(w_hurt, w_clean)                          # same update sequence, same parameters
+    assert np.array_equal(w_hurt.ravel(), replay([r["log"] for r in hurt[3:]], cfg.n_keys))
+    assert all(1 in r["dead_seen"] for r in hurt[3:])
+
+
+def test_training_survives_a_killed_server(data):
+    cfg = PSConfig(n_servers=3, n_workers=2, n_keys=data.n_keys, replicas=1)
+    with Cluster(cfg.size, timeout=60, on_failure="continue") as c:
+        r = train(c, data, cfg, iters=20, batch=32, eta=0.5, faults={0: Fault("kill", step=15)})
+    assert list(r.failures) == [0]
+    logs = [x["log"] for x in r.raw[3:]]
+    assert np.allclose(r.w, replay(logs, cfg.n_keys), rtol=0, atol=1e-12)
+    assert r.loss < logloss(data, np.zeros(data.n_keys)) - 0.01
+
+
+def test_without_replicas_a_killed_server_loses_its_ranges():
+    cfg = PSConfig(n_servers=3, n_workers=1, n_keys=2000, replicas=0)
+    with Cluster(cfg.size, timeout=60, on_failure="continue") as c:
+        res = c.run(ps_node, cfg, deterministic_pushes, 10, cfg.n_keys, 0, faults={2: Fault("kill", step=3)})
+    assert 2 in res.failures
+    with pytest.raises(RuntimeError, match="lost"):
+        gather_store(list(res), cfg)

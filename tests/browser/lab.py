@@ -455,21 +455,28 @@ class NotebookPage:
             self.page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
             return "command"
 
-    def wait_finished(self, timeout: float) -> dict:
-        """Wait until no cell is queued or running and the kernel is idle again."""
-        seen_running = {"flag": False}
+    def wait_finished(self, timeout: float, settle: float = 2.0) -> dict:
+        """Wait until no cell is queued or running and the kernel is idle again.
+
+        Done when every code cell has run, or once cells were seen running and none is any
+        more (Run All stops at an error), or when nothing has been queued or running for
+        `settle` seconds after some cell ran (a run too quick to be seen running)."""
+        seen = {"running": False, "quiet_since": None}
 
         def done(s):
             if s.get("phase") != "ready":
                 return False
             code = [c for c in s["cells"] if c["type"] == "code" and not c["empty"]]
-            if any(c["prompt"].startswith("[*]") for c in code):
-                seen_running["flag"] = True
+            if any(c["prompt"].startswith("[*]") for c in code) or s["kernel"] != "idle":
+                seen["running"] = seen["running"] or any(c["prompt"].startswith("[*]") for c in code)
+                seen["quiet_since"] = None
                 return False
-            if s["kernel"] != "idle":
-                return False
-            all_counted = all(c["count"] is not None for c in code)
-            return all_counted or seen_running["flag"]
+            if all(c["count"] is not None for c in code) or seen["running"]:
+                return True
+            if any(c["count"] is not None for c in code):
+                seen["quiet_since"] = seen["quiet_since"] or time.monotonic()
+                return time.monotonic() - seen["quiet_since"] >= settle
+            return False
 
         return self._wait(done, timeout, "waiting for all cells to finish", interval=0.5)
 

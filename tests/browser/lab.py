@@ -18,6 +18,7 @@ Nothing here downloads a browser: Chromium is Debian's, given by path.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
@@ -153,6 +154,7 @@ class LabServer:
             self.proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
             log.close()
+            atexit.register(self.stop)  # no orphaned server or kernels if the test run dies early
             if self._wait_ready():
                 return self
             last_error = self.log_tail()

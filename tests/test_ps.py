@@ -256,3 +256,16 @@ def test_without_replicas_a_killed_server_loses_its_ranges():
     assert 2 in res.failures
     with pytest.raises(RuntimeError, match="lost"):
         gather_store(list(res), cfg)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_tau_zero_equals_the_sequential_baseline(data, seed):
+    from course_lib.ps import sequential_lr
+    cfg = PSConfig(n_servers=2, n_workers=3, n_keys=data.n_keys, tau=0)
+    with Cluster(cfg.size, timeout=60) as c:
+        r = train(c, data, cfg, iters=12, batch=32, eta=0.5, seed=seed, work=0.002)
+        loose = PSConfig(n_servers=2, n_workers=3, n_keys=data.n_keys, tau=INF)
+        e = train(c, data, loose, iters=12, batch=32, eta=0.5, seed=seed, work=0.002)
+    w = sequential_lr(data, 3, 12, 32, 0.5, seed=seed)
+    assert np.allclose(r.w, w, rtol=0, atol=1e-12)
+    assert np.abs(e.w - w).max() > 1e-9                           # eventual: reads differ, so do the weights

@@ -20,6 +20,8 @@ __all__ = ["INF", "may_read", "model_name", "ssp_violations", "kkt_filter", "sig
            "soft_threshold", "BadRequest", "check_request", "request_nbytes", "slice_request", "KVWorker",
            "PSConfig", "gather_store", "ps_node", "serve", "HashRing", "arc_of", "keys_moved",
            "modulo_owner", "ring_lookup", "RangeClock", "merge_clocks"]
-from .workload import CTRData, RunSummary, logloss, lr_worker, make_ctr, minibatch_grad, replay, train
+from .workload import (CTRData, RunSummary, logloss, lr_worker, make_ctr, minibatch_grad, replay, sequential_lr,
+                       train)
 
-__all__ += ["CTRData", "RunSummary", "logloss", "lr_worker", "make_ctr", "minibatch_grad", "replay", "train"]
+__all__ += ["CTRData", "RunSummary", "logloss", "lr_worker", "make_ctr", "minibatch_grad", "replay", "sequential_lr",
+            "train"]

@@ -88,6 +88,7 @@ def serve(comm, cfg: PSConfig) -> dict:
     deferred: list = []                   # pulls waiting for the gate
     reads: list = []                      # (worker, t, min clock when served, seconds deferred)
     vclock = RangeClock(cfg.n_keys, W)
+    staged: dict = {}                     # tau = 0: iteration -> updates not yet visible
     forwarded: dict = {}                  # next server -> [(worker, ts, pid)] we forwarded to it
     n_push = n_dup = n_fwd = 0
     done = np.zeros(W, dtype=bool)
@@ -126,11 +127,7 @@ def serve(comm, cfg: PSConfig) -> dict:
             else:
                 applied.add(tag)
                 n_push += 1
-                v = vals.reshape(-1, cfg.val_len)
-                if cfg.updater == "l1":
-                    store[keys] = soft_threshold(store[keys] - cfg.eta * v, cfg.eta * cfg.lam)
-                else:
-                    store[keys] += v
+                write(keys, vals.reshape(-1, cfg.val_len), clock)
                 if keys.size:
                     vclock.update(int(keys[0]), int(keys[-1]) + 1, w, clock + 1)
             chain = ring.chain(arc, cfg.replicas, dead)
@@ -163,7 +160,29 @@ def serve(comm, cfg: PSConfig) -> dict:
                     out.extend(apply_again(w, ts, clock, [piece]))
         return out
 
+    def update(keys, v):
+        if cfg.updater == "l1":
+            store[keys] = soft_threshold(store[keys] - cfg.eta * v, cfg.eta * cfg.lam)
+        else:
+            store[keys] += v
+
+    def write(keys, v, clock):
+        # Sequential (tau = 0): an update of iteration c becomes visible only once every worker has
+        # finished iteration c, so every read at clock t sees exactly the iterations before t.
+        if cfg.tau == 0 and clock >= np.min(clocks):
+            staged.setdefault(clock, []).append((keys, v))
+        else:
+            update(keys, v)
+
+    def flush():
+        lo = np.min(clocks) if W else INF
+        for c in sorted(staged):
+            if c < lo:
+                for keys, v in staged.pop(c):
+                    update(keys, v)
+
     def try_reads():
+        flush()
         lo = float(np.min(clocks)) if W else INF
         keep = []
         for w, ts, t, pieces, arrived in deferred:
@@ -198,6 +217,7 @@ def serve(comm, cfg: PSConfig) -> dict:
             done[msg[1]] = True
             clocks[msg[1]] = INF
         try_reads()
+    flush()
     return {"rank": me, "store": store, "reads": reads, "clocks": clocks, "n_push": n_push, "n_dup": n_dup,
             "n_fwd": n_fwd, "vclock_segments": len(vclock), "vclock": vclock.segments,
             "dead_seen": sorted(dead)}

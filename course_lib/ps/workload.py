@@ -71,7 +71,8 @@ def lr_worker(kv, data: CTRData, iters: int, batch: int, eta: float, theta: floa
     takes ``spike`` times longer (a transient straggler: a busy machine, a garbage collection)."""
     comm, cfg = kv.comm, kv.cfg
     rows = np.arange(kv.w, len(data.y), cfg.n_workers)          # this worker's shard
-    rng = np.random.default_rng(seed * 1000 + kv.w)
+    rng = np.random.default_rng(seed * 1000 + kv.w)             # minibatches (as in sequential_lr)
+    jitter = np.random.default_rng([seed, kv.w, 1])             # emulated compute times
     residual = {}                                               # significantly-modified filter state
     trace, pulled_keys, pushed_keys, sent_full = [], 0, 0, 0
     for t in range(iters):
@@ -81,7 +82,7 @@ def lr_worker(kv, data: CTRData, iters: int, batch: int, eta: float, theta: floa
         pulled_keys += len(keys)
         with comm.compute("gradient"):
             if work:
-                time.sleep(work * (spike if rng.random() < p_spike else 1.0))
+                time.sleep(work * (spike if jitter.random() < p_spike else 1.0))
             g, loss = minibatch_grad(data.idx[b], data.y[b], keys, wk)
             if cfg.updater == "l1":
                 upd = g
@@ -158,4 +159,22 @@ def replay(logs, n_keys: int) -> np.ndarray:
     return w
 
 
-__all__ = ["CTRData", "make_ctr", "logloss", "minibatch_grad", "lr_worker", "RunSummary", "train", "replay"]
+__all__ = ["CTRData", "make_ctr", "logloss", "minibatch_grad", "lr_worker", "RunSummary", "train", "replay",
+           "sequential_lr"]
+
+
+def sequential_lr(data: CTRData, n_workers: int, iters: int, batch: int, eta: float, seed: int = 0) -> np.ndarray:
+    """Single-process baseline of ``lr_worker`` under the sequential model (tau = 0): at every
+    iteration all workers read the same parameters, then all their updates are summed in."""
+    w = np.zeros(data.n_keys)
+    rngs = [np.random.default_rng(seed * 1000 + k) for k in range(n_workers)]
+    rows = [np.arange(k, len(data.y), n_workers) for k in range(n_workers)]
+    for _ in range(iters):
+        delta = np.zeros_like(w)
+        for k in range(n_workers):
+            b = rngs[k].choice(rows[k], size=batch, replace=False)
+            keys = np.unique(data.idx[b])
+            g, _ = minibatch_grad(data.idx[b], data.y[b], keys, w[keys])
+            delta[keys] += -eta * g
+        w += delta
+    return w

@@ -269,3 +269,16 @@ def test_tau_zero_equals_the_sequential_baseline(data, seed):
     w = sequential_lr(data, 3, 12, 32, 0.5, seed=seed)
     assert np.allclose(r.w, w, rtol=0, atol=1e-12)
     assert np.abs(e.w - w).max() > 1e-9                           # eventual: reads differ, so do the weights
+
+
+def test_key_caching_sends_each_key_list_once(data):
+    runs = {}
+    with Cluster(5, timeout=60) as c:
+        for cache in (False, True):
+            cfg = PSConfig(n_servers=2, n_workers=3, n_keys=data.n_keys, tau=0, key_cache=cache)
+            runs[cache] = train(c, data, cfg, iters=10, batch=32, eta=0.5)
+    plain, cached = runs[False], runs[True]
+    assert np.allclose(plain.w, cached.w, rtol=0, atol=1e-12)      # same run (up to summation order), fewer bytes
+    key_bytes = plain.pulled_keys * 8                               # each push repeats its pull's keys
+    saved = plain.bytes_worker_to_server - cached.bytes_worker_to_server
+    assert 0.8 * key_bytes < saved < 1.05 * key_bytes

@@ -22,6 +22,10 @@ Messages (tuples; numpy arrays travel as raw bytes)::
 
 (``pid`` numbers the slices of one request: the wrapping arc 0 can give two slices.)
 
+Key caching (``cfg.key_cache``): a worker that sends a server a key list it has sent before sends
+only its 8-byte hash (``bytes``) in place of the keys; the server keeps ``(worker, hash) -> keys``.
+A pull followed by a push on the same keys (every SGD step) sends the keys once.
+
 A push is acknowledged by the *tail* of each range's chain, so an acknowledged update is on
 every replica. A worker re-sends every unanswered slice to the new head when a server dies
 (``PeerLost``); servers remember ``(worker, ts, pid)`` so a re-sent push is applied once.
@@ -29,7 +33,7 @@ Reads are deferred by the server until the bounded-delay gate holds (:mod:`.cons
 """
 from __future__ import annotations
 
-import math
+import hashlib
 import time
 from dataclasses import dataclass, field
 
@@ -56,6 +60,7 @@ class PSConfig:
     updater: str = "sum"       # "sum": w += v ; "l1": w <- soft(w - eta v, eta lam)
     eta: float = 0.1
     lam: float = 0.0
+    key_cache: bool = False    # send a key list a server has seen before as its 8-byte hash
 
     def ring(self) -> HashRing:
         return HashRing(range(self.n_servers), self.n_keys, self.vnodes)
@@ -63,6 +68,10 @@ class PSConfig:
     @property
     def size(self) -> int:
         return self.n_servers + self.n_workers
+
+
+def key_digest(keys) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(keys, dtype=np.int64).tobytes(), digest_size=8).digest()
 
 
 def _forget(comm, peer: int) -> None:
@@ -160,6 +169,18 @@ def serve(comm, cfg: PSConfig) -> dict:
                     out.extend(apply_again(w, ts, clock, [piece]))
         return out
 
+    key_cache: dict = {}                  # (worker, hash) -> keys
+
+    def resolve(w, pieces):
+        out = []
+        for pid, arc, keys, vals in pieces:
+            if isinstance(keys, bytes):
+                keys = key_cache[(w, keys)]
+            else:
+                key_cache[(w, key_digest(keys))] = keys
+            out.append((pid, arc, keys, vals))
+        return out
+
     def update(keys, v):
         if cfg.updater == "l1":
             store[keys] = soft_threshold(store[keys] - cfg.eta * v, cfg.eta * cfg.lam)
@@ -204,6 +225,8 @@ def serve(comm, cfg: PSConfig) -> dict:
             try_reads()
             continue
         kind = msg[0]
+        if kind in ("push", "pull") and cfg.key_cache:
+            msg = msg[:4] + (resolve(msg[1], msg[4]),)
         if kind == "push" or kind == "fwd":
             _, w, ts, clock, pieces = msg
             with comm.compute("apply"):    # faults fire here: a server dies between two pushes
@@ -247,6 +270,7 @@ class KVWorker:
         self.next_ts = 0
         self.wait_time = 0.0
         self.resent = 0
+        self.key_lists: dict = {}    # server -> hashes of key lists it has received from us
         self.log: list = []          # every push (keys, values): the update sequence, for replay
 
     # -- helpers
@@ -261,11 +285,22 @@ class KVWorker:
         for p in pieces:
             by_server.setdefault(self._head(p[1]), []).append(p)
         for s, ps in by_server.items():
+            if self.cfg.key_cache:
+                ps = [self._cached(s, p) for p in ps]
             try:
                 self.comm.send((kind, self.w, ts, self.clock, ps), s)
             except PeerLost:
                 self._lost(s)            # re-sends everything unanswered, these pieces included
                 return
+
+    def _cached(self, s, piece):
+        pid, arc, keys, vals = piece
+        d = key_digest(keys)
+        seen = self.key_lists.setdefault(s, set())
+        if d in seen:
+            return (pid, arc, d, vals)
+        seen.add(d)
+        return piece
 
     def _lost(self, s):
         _forget(self.comm, s)

@@ -282,3 +282,16 @@ def test_key_caching_sends_each_key_list_once(data):
     key_bytes = plain.pulled_keys * 8                               # each push repeats its pull's keys
     saved = plain.bytes_worker_to_server - cached.bytes_worker_to_server
     assert 0.8 * key_bytes < saved < 1.05 * key_bytes
+
+
+def test_scheduler_reassigns_a_dead_workers_data(data):
+    cfg = PSConfig(n_servers=2, n_workers=2, n_keys=data.n_keys, scheduler=True, n_tasks=6)
+    with Cluster(cfg.size, timeout=60, on_failure="continue") as c:
+        r = train(c, data, cfg, iters=3, batch=16, eta=0.5, faults={2: Fault("kill", step=4)})
+    sched = r.raw[cfg.scheduler_rank]
+    assert list(r.failures) == [2] and sched["lost"] == [2]
+    assert sorted(sched["done_by"]) == list(range(6))              # every block of data was trained on
+    assert all(w == 3 for w in sched["done_by"].values() if w != 2)
+    assert [t for t, w in sched["reassigned"]] and all(w == 2 for _, w in sched["reassigned"])
+    back = {t for t, _ in sched["reassigned"]}
+    assert all(sched["done_by"][t] == 3 for t in back)             # the survivor did the dead worker's part

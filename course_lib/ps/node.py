@@ -61,13 +61,19 @@ class PSConfig:
     eta: float = 0.1
     lam: float = 0.0
     key_cache: bool = False    # send a key list a server has seen before as its 8-byte hash
+    scheduler: bool = False    # one more rank (the last) hands out data tasks (:mod:`.scheduler`)
+    n_tasks: int = 0           # with a scheduler: the data is cut into this many blocks
 
     def ring(self) -> HashRing:
         return HashRing(range(self.n_servers), self.n_keys, self.vnodes)
 
     @property
     def size(self) -> int:
-        return self.n_servers + self.n_workers
+        return self.n_servers + self.n_workers + int(self.scheduler)
+
+    @property
+    def scheduler_rank(self) -> int:
+        return self.n_servers + self.n_workers if self.scheduler else -1
 
 
 def key_digest(keys) -> bytes:
@@ -121,7 +127,7 @@ def serve(comm, cfg: PSConfig) -> dict:
                 by.setdefault((w, ts), []).append(pid)
             for (w, ts), pids in by.items():
                 send(("ack", ts, pids), S + w)
-        else:                              # a worker died: it no longer holds anyone back
+        elif p < S + W:                    # a worker died: it no longer holds anyone back
             done[p - S] = True
             clocks[p - S] = INF
 
@@ -338,9 +344,10 @@ class KVWorker:
             try:
                 src, msg = self.comm.recv_any()
             except PeerLost as exc:
-                if exc.rank < 0 or exc.rank >= self.cfg.n_servers:
+                if exc.rank < 0 or exc.rank == self.cfg.scheduler_rank:
                     raise RuntimeError(f"worker {self.w}: lost rank {exc.rank} while waiting for request {ts}") from exc
-                self._lost(exc.rank)
+                if exc.rank < self.cfg.n_servers:  # another worker's death is not our business
+                    self._lost(exc.rank)
                 continue
             kind, rts = msg[0], msg[1]
             req = self.pending.get(rts)
@@ -392,6 +399,9 @@ def ps_node(comm, cfg: PSConfig, worker_fn, *args):
                          f"({cfg.n_servers} servers + {cfg.n_workers} workers)")
     if comm.rank < cfg.n_servers:
         return serve(comm, cfg)
+    if comm.rank == cfg.scheduler_rank:
+        from .scheduler import schedule
+        return schedule(comm, range(cfg.n_servers, cfg.n_servers + cfg.n_workers), cfg.n_tasks)
     kv = KVWorker(comm, cfg)
     try:
         out = worker_fn(kv, *args)

@@ -70,9 +70,28 @@ def lr_worker(kv, data: CTRData, iters: int, batch: int, eta: float, theta: floa
     ``work`` seconds of emulated compute per iteration; with probability ``p_spike`` an iteration
     takes ``spike`` times longer (a transient straggler: a busy machine, a garbage collection)."""
     comm, cfg = kv.comm, kv.cfg
+    if cfg.scheduler:                                           # data comes from the scheduler, task by task
+        from .scheduler import next_task, report
+        tasks = []
+        out = {"trace": [], "pulled_keys": 0, "pushed_keys": 0, "unfiltered_keys": 0}
+        while (task := next_task(comm, cfg.scheduler_rank)) is not None:
+            rows = np.arange(len(data.y))[task::cfg.n_tasks]
+            o = _iterate(kv, data, rows, iters, batch, eta, theta, kkt, seed * 1000 + task, work, spike, p_spike)
+            out = {k: out[k] + o[k] for k in out}
+            kv.wait_all()                                       # the task's updates are acknowledged
+            report(comm, cfg.scheduler_rank, task)
+            tasks.append(task)
+        out["tasks"] = tasks
+        return out
     rows = np.arange(kv.w, len(data.y), cfg.n_workers)          # this worker's shard
-    rng = np.random.default_rng(seed * 1000 + kv.w)             # minibatches (as in sequential_lr)
-    jitter = np.random.default_rng([seed, kv.w, 1])             # emulated compute times
+    return _iterate(kv, data, rows, iters, batch, eta, theta, kkt, seed * 1000 + kv.w, work, spike, p_spike,
+                    jitter_seed=[seed, kv.w, 1])
+
+
+def _iterate(kv, data, rows, iters, batch, eta, theta, kkt, batch_seed, work, spike, p_spike, jitter_seed=None):
+    comm, cfg = kv.comm, kv.cfg
+    rng = np.random.default_rng(batch_seed)                     # minibatches (as in sequential_lr)
+    jitter = np.random.default_rng(jitter_seed if jitter_seed is not None else [batch_seed, 1])
     residual = {}                                               # significantly-modified filter state
     trace, pulled_keys, pushed_keys, sent_full = [], 0, 0, 0
     for t in range(iters):
@@ -137,7 +156,7 @@ def train(cluster, data: CTRData, cfg: PSConfig, iters: int = 30, batch: int = 3
     res = cluster.run(ps_node, cfg, lr_worker, data, iters, batch, eta, theta, kkt, seed, work, **run_kw)
     S = cfg.n_servers
     w = gather_store(list(res), cfg).ravel()
-    workers = [r for r in res[S:] if r is not None]
+    workers = [r for r in res[S:S + cfg.n_workers] if r is not None]
     B = np.asarray(res.stats.bytes)
     return RunSummary(
         w=w, loss=logloss(data, w), wait_time=[r["wait_time"] for r in workers],
@@ -146,7 +165,8 @@ def train(cluster, data: CTRData, cfg: PSConfig, iters: int = 30, batch: int = 3
         pulled_keys=sum(r["result"]["pulled_keys"] for r in workers),
         pushed_keys=sum(r["result"]["pushed_keys"] for r in workers),
         unfiltered_keys=sum(r["result"]["unfiltered_keys"] for r in workers),
-        bytes_server_to_worker=int(B[:S, S:].sum()), bytes_worker_to_server=int(B[S:, :S].sum()),
+        bytes_server_to_worker=int(B[:S, S:S + cfg.n_workers].sum()),
+        bytes_worker_to_server=int(B[S:S + cfg.n_workers, :S].sum()),
         wall_time=res.wall_time, failures=dict(res.failures), raw=res)
 
 

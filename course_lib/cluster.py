@@ -142,6 +142,7 @@ class Cluster:
         self._shared: list[shm.SharedArray] = []
         self._run_id = 0
         self._closed = False
+        self._needs_restart = False
         self._logs = None
         shm.sweep()  # segments left behind by a kernel that was killed
         self._start()
@@ -320,8 +321,9 @@ class Cluster:
         knobs = dict(self._defaults)
         knobs.update({k: kwargs.pop(k) for k in _RESERVED if k in kwargs})
         knobs = self._check_knobs(knobs)
-        if not self._procs or any(not p.is_alive() for p in self._procs):
+        if self._needs_restart or not self._procs or any(not p.is_alive() for p in self._procs):
             self.restart()
+            self._needs_restart = False
         try:
             payload = cloudpickle.dumps((fn, args, kwargs))
         except Exception as exc:
@@ -412,6 +414,9 @@ class Cluster:
                     at_barrier.clear()
         if errors and knobs["on_failure"] == "raise":
             raise _primary(errors)
+        # A failed rank exits (or is dead): the next run needs fresh workers, even if the
+        # process has not quite finished exiting yet.
+        self._needs_restart = bool(errors)
         return RunResult(results, stats, Timeline(events), time.perf_counter() - t0, failures)
 
     def _death_error(self, rank: int) -> WorkerError:
@@ -520,6 +525,10 @@ def _worker_entry(rank, size, control, log_channel, owner_pid, log_level):
         try:
             control.send(reply)
         except (BrokenPipeError, OSError):
+            break
+        if reply[0] == "error":
+            # Exit, closing every Pipe: peers blocked on this rank get PeerLost instead of
+            # waiting for ever (under on_failure="continue"); the next run() starts a new worker.
             break
     sys.stdout.flush()
     shm.release_all()

@@ -333,6 +333,23 @@ class Comm(CollectivesMixin):
     def _recv(self, source: int, tag: int, context: int):
         """Block until a matching message is delivered; return (source, tag, obj)."""
         start = time.perf_counter()
+        try:
+            msg = self._wait_for_match(source, tag, context)
+        except PeerLost as exc:  # the time spent waiting for a dead peer is still waiting
+            self._tracer.add("wait", start, time.perf_counter(), "peer lost", exc.rank)
+            raise
+        # Blocked until the bytes started to arrive: "wait"; reading them: "recv";
+        # then, on an emulated network, waiting for the modelled delivery time: "wait".
+        read_start, read_end = max(msg.read_start, start), max(msg.read_end, start)
+        if read_start - start > 20e-6:
+            self._tracer.add("wait", start, read_start, "", msg.source)
+        self._tracer.add("recv", read_start, read_end, "", msg.source, msg.nbytes)
+        if msg.ready_at > time.perf_counter():  # the emulated network has not delivered it yet
+            _sleep_until(msg.ready_at)
+            self._tracer.add("wait", read_end, time.perf_counter(), "network", msg.source)
+        return msg.source, msg.tag, msg.obj
+
+    def _wait_for_match(self, source: int, tag: int, context: int) -> _Message:
         msg = self._match(source, tag, context)
         while msg is None:
             if source == ANY_SOURCE:
@@ -345,16 +362,7 @@ class Comm(CollectivesMixin):
                     raise PeerLost(source)
                 self._read_one(source)  # a blocking read: the time until bytes arrive is "wait"
             msg = self._match(source, tag, context)
-        # Blocked until the bytes started to arrive: "wait"; reading them: "recv";
-        # then, on an emulated network, waiting for the modelled delivery time: "wait".
-        read_start, read_end = max(msg.read_start, start), max(msg.read_end, start)
-        if read_start - start > 20e-6:
-            self._tracer.add("wait", start, read_start, "", msg.source)
-        self._tracer.add("recv", read_start, read_end, "", msg.source, msg.nbytes)
-        if msg.ready_at > time.perf_counter():  # the emulated network has not delivered it yet
-            _sleep_until(msg.ready_at)
-            self._tracer.add("wait", read_end, time.perf_counter(), "network", msg.source)
-        return msg.source, msg.tag, msg.obj
+        return msg
 
 
 def _sleep_until(t: float) -> None:

@@ -185,6 +185,15 @@ def release_all() -> None:
 atexit.register(release_all)
 
 
+def _forget_ownership_in_child() -> None:
+    """A forked child inherits the parent's table of owned segments; it owns none of them."""
+    _owned.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_ownership_in_child)
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

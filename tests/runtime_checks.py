@@ -27,14 +27,20 @@ def worker_children() -> list[psutil.Process]:
 
 
 def our_segments(pids=None) -> list[str]:
-    pids = set(pids or []) | {os.getpid()}
+    """Segments created by this process and no longer owned, or by one of ``pids`` now dead.
+
+    (A pid that is alive again belongs to another process: pids are reused, and other
+    test runs on the machine create course segments too.)
+    """
+    pids = set(pids or [])
     out = []
     for name in shm.list_segments():
         try:
             pid = int(name[len(shm.PREFIX):].split("_")[0])
         except ValueError:
             continue
-        if pid in pids:
+        mine_and_unowned = pid == os.getpid() and name not in shm._owned  # owned = still in use
+        if mine_and_unowned or (pid in pids and not psutil.pid_exists(pid)):
             out.append(name)
     return out
 

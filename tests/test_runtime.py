@@ -553,3 +553,37 @@ def test_iprobe_of_one_source_ignores_other_dead_neighbours():
     with Cluster(3, start_method="fork", on_failure="continue") as c:
         res = c.run(poll_server_while_a_sibling_dies, faults={2: Fault("kill", 0)})
     assert res[1] == "hello" and list(res.failures) == [2]
+
+
+def test_forked_workers_never_release_the_parents_segments():
+    """Fork copies the parent's table of owned segments; workers must not act on it."""
+    sa = SharedArray.from_array(np.arange(3.0))
+    try:
+        with Cluster(2, start_method="fork") as c:
+            c.run(whoami, 0)
+        assert sa.name in shm.list_segments()
+        np.testing.assert_array_equal(sa.array, [0, 1, 2])
+    finally:
+        sa.release()
+
+
+def raise_or_wait(comm):
+    if comm.rank == 1:
+        raise RuntimeError("rank 1 gives up")
+    if comm.rank == 0:
+        try:
+            comm.recv(source=1)
+        except PeerLost as exc:
+            return f"lost {exc.rank}"
+
+
+def test_a_raising_worker_releases_peers_waiting_on_it():
+    with Cluster(3, start_method="fork", on_failure="continue", timeout=20) as c:
+        t = time.perf_counter()
+        res = c.run(raise_or_wait)
+        assert time.perf_counter() - t < 5
+        assert res[0] == "lost 1" and list(res.failures) == [1]
+        assert "rank 1 gives up" in str(res.failures[1])
+        waits = res.timeline.of(rank=0, kind="wait")
+        assert any(e.label == "peer lost" and e.peer == 1 for e in waits)
+        assert list(c.run(whoami, 5)) == [(r, 3, 5) for r in range(3)]  # fresh workers next time

@@ -295,3 +295,18 @@ def test_scheduler_reassigns_a_dead_workers_data(data):
     assert [t for t, w in sched["reassigned"]] and all(w == 2 for _, w in sched["reassigned"])
     back = {t for t, _ in sched["reassigned"]}
     assert all(sched["done_by"][t] == 3 for t in back)             # the survivor did the dead worker's part
+
+
+def test_a_server_joins_in_two_phases_and_no_update_is_lost():
+    cfg = PSConfig(n_servers=3, n_workers=2, n_keys=2000, vnodes=3, joiner=2, join_at=8, join_vnodes=1)
+    with Cluster(cfg.size, timeout=60) as c:
+        res = c.run(ps_node, cfg, deterministic_pushes, 30, cfg.n_keys, 1)
+    w = gather_store(list(res), cfg)
+    assert np.array_equal(w.ravel(), replay([r["log"] for r in res[3:]], cfg.n_keys))
+    before, after = cfg.ring(), cfg.final_ring()
+    k = np.arange(cfg.n_keys)
+    moved = k[before.lookup(k) != after.lookup(k)]
+    assert np.all(after.lookup(moved) == 2) and len(np.unique(before.arcs(moved))) == 1   # one range moved
+    j = res[2]["join"]
+    assert j["requested"] and j["precopy_keys"] == len(moved)           # phase 1 copied exactly those keys
+    assert res[2]["n_push"] > 0                                         # then the joiner served pushes itself

@@ -63,9 +63,20 @@ class PSConfig:
     key_cache: bool = False    # send a key list a server has seen before as its 8-byte hash
     scheduler: bool = False    # one more rank (the last) hands out data tasks (:mod:`.scheduler`)
     n_tasks: int = 0           # with a scheduler: the data is cut into this many blocks
+    joiner: int = -1           # a server rank that is off the ring until it joins (:func:`serve`)
+    join_at: int = 0           # ... when it hears a worker clock >= join_at
+    join_vnodes: int = 1       # points the joiner takes (1: it takes one range from one server)
 
     def ring(self) -> HashRing:
-        return HashRing(range(self.n_servers), self.n_keys, self.vnodes)
+        """The ring at the start (without the joiner)."""
+        return HashRing([s for s in range(self.n_servers) if s != self.joiner], self.n_keys, self.vnodes)
+
+    def final_ring(self) -> HashRing:
+        """The ring at the end (with the joiner, if any)."""
+        r = self.ring()
+        if self.joiner >= 0:
+            r.add(self.joiner, self.join_vnodes)
+        return r
 
     @property
     def size(self) -> int:
@@ -107,6 +118,17 @@ def serve(comm, cfg: PSConfig) -> dict:
     forwarded: dict = {}                  # next server -> [(worker, ts, pid)] we forwarded to it
     n_push = n_dup = n_fwd = 0
     done = np.zeros(W, dtype=bool)
+    # Joining (Li et al. 2014, section 4.3): the joiner asks the donors for its keys (phase 1, pre-copy),
+    # donors then forward every change to those keys (phase 2) until all workers use the new ring.
+    J = cfg.joiner
+    if J >= 0:
+        if cfg.replicas or cfg.updater != "sum":
+            raise ValueError("a joining server is supported with replicas=0 and the summing updater")
+        every = np.arange(cfg.n_keys)
+        moving = cfg.final_ring().lookup(every) == J
+        donors = sorted(set(ring.lookup(every[moving]).tolist()))
+    handing, switched, handed, pre = False, set(), set(), set()
+    join = {"precopy_keys": 0, "phase2_msgs": 0, "phase2_keys": 0, "back_msgs": 0, "requested": False}
 
     def send(obj, dest):
         try:
@@ -192,6 +214,25 @@ def serve(comm, cfg: PSConfig) -> dict:
             store[keys] = soft_threshold(store[keys] - cfg.eta * v, cfg.eta * cfg.lam)
         else:
             store[keys] += v
+        if J >= 0 and (handing or (me == J and len(handed) < len(donors))):
+            m = moving[keys]
+            if m.any():                    # donor -> joiner: phase 2; joiner -> donors: keep them current
+                for d in ([J] if me != J else donors):
+                    send(("delta", keys[m], v[m]), d)
+                join["phase2_msgs" if me != J else "back_msgs"] += 1
+                join["phase2_keys"] += int(m.sum()) if me != J else 0
+
+    def maybe_join():
+        if me == J and not join["requested"] and np.max(np.where(np.isfinite(clocks), clocks, 0)) >= cfg.join_at:
+            join["requested"] = True
+            for d in donors:
+                send(("join_req",), d)
+
+    def handoff_check():
+        nonlocal handing
+        if handing and all(done[w] or w in switched for w in range(W)):
+            handing = False
+            send(("handoff_done", me), J)
 
     def write(keys, v, clock):
         # Sequential (tau = 0): an update of iteration c becomes visible only once every worker has
@@ -210,6 +251,8 @@ def serve(comm, cfg: PSConfig) -> dict:
 
     def try_reads():
         flush()
+        if me == J and len(handed) < len(donors):
+            return                         # the joiner answers reads once it holds every change
         lo = float(np.min(clocks)) if W else INF
         keep = []
         for w, ts, t, pieces, arrived in deferred:
@@ -220,6 +263,8 @@ def serve(comm, cfg: PSConfig) -> dict:
                 keep.append((w, ts, t, pieces, arrived))
         deferred[:] = keep
 
+    if J >= 0:
+        maybe_join()
     while not done.all():
         try:
             src, msg = comm.recv_any()
@@ -242,14 +287,41 @@ def serve(comm, cfg: PSConfig) -> dict:
             deferred.append((w, ts, t, pieces, time.perf_counter()))
         elif kind == "clock":
             clocks[msg[1]] = max(clocks[msg[1]], msg[2])
+            if J >= 0:
+                maybe_join()
         elif kind == "done":
             done[msg[1]] = True
             clocks[msg[1]] = INF
+            if J >= 0:
+                maybe_join()
+                handoff_check()
+        elif kind == "join_req":           # donor, phase 1: pre-copy my part of the joiner's keys
+            keys = np.flatnonzero(moving & (ring.lookup(every) == me))
+            flush()
+            handing = True
+            send(("precopy", me, keys, store[keys].copy()), J)
+            join["precopy_keys"] += len(keys)
+            handoff_check()
+        elif kind == "precopy":            # joiner: take the snapshot; tell workers once all arrived
+            store[msg[2]] = msg[3]
+            join["precopy_keys"] += len(msg[2])
+            pre.add(msg[1])
+            if len(pre) == len(donors):
+                for w in range(W):
+                    if not done[w]:
+                        send(("switch",), S + w)
+        elif kind == "delta":
+            store[msg[1]] += msg[2]
+        elif kind == "switched":
+            switched.add(msg[1])
+            handoff_check()
+        elif kind == "handoff_done":
+            handed.add(msg[1])
         try_reads()
     flush()
     return {"rank": me, "store": store, "reads": reads, "clocks": clocks, "n_push": n_push, "n_dup": n_dup,
             "n_fwd": n_fwd, "vclock_segments": len(vclock), "vclock": vclock.segments,
-            "dead_seen": sorted(dead)}
+            "dead_seen": sorted(dead), "join": join}
 
 
 # ---------------------------------------------------------------------------- worker
@@ -349,6 +421,12 @@ class KVWorker:
                 if exc.rank < self.cfg.n_servers:  # another worker's death is not our business
                     self._lost(exc.rank)
                 continue
+            if msg[0] == "switch":            # a server joined: use the new ring from now on
+                self.ring = self.cfg.final_ring()
+                for s in range(self.cfg.n_servers):
+                    if s != self.cfg.joiner and s not in self.dead:
+                        self.comm.send(("switched", self.w), s)
+                continue
             kind, rts = msg[0], msg[1]
             req = self.pending.get(rts)
             if req is None:
@@ -416,7 +494,7 @@ def ps_node(comm, cfg: PSConfig, worker_fn, *args):
 
 def gather_store(results, cfg: PSConfig):
     """Final parameters: each key from the first surviving server of its chain."""
-    ring = cfg.ring()
+    ring = cfg.final_ring()
     dead = {r for r in range(cfg.n_servers) if results[r] is None}
     out = np.zeros((cfg.n_keys, cfg.val_len))
     arcs = ring.arcs(np.arange(cfg.n_keys))

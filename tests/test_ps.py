@@ -310,3 +310,18 @@ def test_a_server_joins_in_two_phases_and_no_update_is_lost():
     j = res[2]["join"]
     assert j["requested"] and j["precopy_keys"] == len(moved)           # phase 1 copied exactly those keys
     assert res[2]["n_push"] > 0                                         # then the joiner served pushes itself
+
+
+def test_value_compression_is_lossless_and_saves_bytes():
+    cfg = PSConfig(n_servers=2, n_workers=2, n_keys=4000, tau=0)
+    keys = np.arange(0, 4000, 2)
+    v = np.zeros(len(keys))
+    v[::50] = 1.0                                                   # mostly zeros, as sparse updates are
+    with Cluster(cfg.size, timeout=60) as c:
+        plain = c.run(ps_node, cfg, pushes, 3, keys, v)
+        cfg.compress = True
+        packed = c.run(ps_node, cfg, pushes, 3, keys, v)
+    for r in packed[2:]:
+        assert np.array_equal(r["result"], 2 * 3 * v)
+    assert np.array_equal(gather_store(list(packed), cfg), gather_store(list(plain), cfg))
+    assert packed.stats.total_bytes < 0.6 * plain.stats.total_bytes

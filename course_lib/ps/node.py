@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,6 +64,7 @@ class PSConfig:
     key_cache: bool = False    # send a key list a server has seen before as its 8-byte hash
     scheduler: bool = False    # one more rank (the last) hands out data tasks (:mod:`.scheduler`)
     n_tasks: int = 0           # with a scheduler: the data is cut into this many blocks
+    compress: bool = False     # values travel zlib-compressed (lossless; sparse models have many zeros)
     joiner: int = -1           # a server rank that is off the ring until it joins (:func:`serve`)
     join_at: int = 0           # ... when it hears a worker clock >= join_at
     join_vnodes: int = 1       # points the joiner takes (1: it takes one range from one server)
@@ -85,6 +87,19 @@ class PSConfig:
     @property
     def scheduler_rank(self) -> int:
         return self.n_servers + self.n_workers if self.scheduler else -1
+
+
+def pack(values, on: bool):
+    """Values as zlib-compressed bytes when ``on`` (what the paper does with Snappy)."""
+    if not on or values is None:
+        return values
+    return zlib.compress(np.ascontiguousarray(values, dtype=np.float64).tobytes(), 1)
+
+
+def unpack(values):
+    if isinstance(values, bytes):
+        return np.frombuffer(zlib.decompress(values), dtype=np.float64)
+    return values
 
 
 def key_digest(keys) -> bytes:
@@ -258,7 +273,8 @@ def serve(comm, cfg: PSConfig) -> dict:
         for w, ts, t, pieces, arrived in deferred:
             if cfg.tau == INF or lo >= t - cfg.tau:
                 reads.append((w, t, lo, time.perf_counter() - arrived))
-                send(("vals", ts, [(pid, store[keys].ravel().copy()) for pid, _, keys, _ in pieces]), S + w)
+                send(("vals", ts, [(pid, pack(store[keys].ravel(), cfg.compress) if cfg.compress else store[keys].ravel().copy())
+                                   for pid, _, keys, _ in pieces]), S + w)
             else:
                 keep.append((w, ts, t, pieces, arrived))
         deferred[:] = keep
@@ -278,6 +294,8 @@ def serve(comm, cfg: PSConfig) -> dict:
         kind = msg[0]
         if kind in ("push", "pull") and cfg.key_cache:
             msg = msg[:4] + (resolve(msg[1], msg[4]),)
+        if kind == "push" and cfg.compress:
+            msg = msg[:4] + ([(pid, arc, keys, unpack(v)) for pid, arc, keys, v in msg[4]],)
         if kind == "push" or kind == "fwd":
             _, w, ts, clock, pieces = msg
             with comm.compute("apply"):    # faults fire here: a server dies between two pushes
@@ -365,6 +383,8 @@ class KVWorker:
         for s, ps in by_server.items():
             if self.cfg.key_cache:
                 ps = [self._cached(s, p) for p in ps]
+            if self.cfg.compress:
+                ps = [(pid, arc, keys, pack(v, True)) for pid, arc, keys, v in ps]
             try:
                 self.comm.send((kind, self.w, ts, self.clock, ps), s)
             except PeerLost:
@@ -436,7 +456,7 @@ class KVWorker:
             elif kind == "vals":
                 for pid, v in msg[2]:
                     if pid in req.todo:
-                        req.answers[pid] = v
+                        req.answers[pid] = unpack(v)
                         req.todo.discard(pid)
         self.wait_time += time.perf_counter() - start
         req = self.pending.pop(ts, None)

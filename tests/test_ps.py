@@ -325,3 +325,20 @@ def test_value_compression_is_lossless_and_saves_bytes():
         assert np.array_equal(r["result"], 2 * 3 * v)
     assert np.array_equal(gather_store(list(packed), cfg), gather_store(list(plain), cfg))
     assert packed.stats.total_bytes < 0.6 * plain.stats.total_bytes
+
+
+@pytest.mark.parametrize("fault", [False, True])
+def test_replication_after_aggregation_saves_traffic_and_loses_nothing(fault):
+    base = dict(n_servers=3, n_workers=2, n_keys=2000, vnodes=3, replicas=1)
+    with Cluster(5, timeout=60, on_failure="continue") as c:
+        each = c.run(ps_node, PSConfig(**base), deterministic_pushes, 20, 2000, 0)
+        cfg = PSConfig(**base, replicate="aggregate", aggregate_every=4)
+        faults = {0: Fault("kill", step=15)} if fault else None
+        batched = c.run(ps_node, cfg, deterministic_pushes, 20, 2000, 0, faults=faults)
+    assert list(batched.failures) == ([0] if fault else [])
+    w_each, w_batched = gather_store(list(each), cfg), gather_store(list(batched), cfg)
+    assert np.array_equal(w_batched, w_each)
+    assert np.array_equal(w_batched.ravel(), replay([r["log"] for r in batched[3:]], 2000))
+    if not fault:
+        srv = lambda res: int(np.asarray(res.stats.messages)[:3, :3].sum())
+        assert srv(batched) < 0.5 * srv(each)

@@ -26,6 +26,11 @@ Key caching (``cfg.key_cache``): a worker that sends a server a key list it has 
 only its 8-byte hash (``bytes``) in place of the keys; the server keeps ``(worker, hash) -> keys``.
 A pull followed by a push on the same keys (every SGD step) sends the keys once.
 
+With ``replicate="aggregate"`` a head buffers what it would forward and sends its successor, every
+``aggregate_every`` clock ticks (or when a worker asks, ``("flush",)``), one summed update per range:
+``("agg", [(arc, keys, summed values, tags, clock), ...])``; fewer and smaller messages, later acks
+(the paper's trade-off between replicating every push and replicating after aggregation).
+
 A push is acknowledged by the *tail* of each range's chain, so an acknowledged update is on
 every replica. A worker re-sends every unanswered slice to the new head when a server dies
 (``PeerLost``); servers remember ``(worker, ts, pid)`` so a re-sent push is applied once.
@@ -64,6 +69,8 @@ class PSConfig:
     key_cache: bool = False    # send a key list a server has seen before as its 8-byte hash
     scheduler: bool = False    # one more rank (the last) hands out data tasks (:mod:`.scheduler`)
     n_tasks: int = 0           # with a scheduler: the data is cut into this many blocks
+    replicate: str = "push"    # "push": forward every push; "aggregate": forward summed updates in batches
+    aggregate_every: int = 0   # "aggregate": flush after this many worker clock ticks (0: n_workers)
     compress: bool = False     # values travel zlib-compressed (lossless; sparse models have many zeros)
     joiner: int = -1           # a server rank that is off the ring until it joins (:func:`serve`)
     join_at: int = 0           # ... when it hears a worker clock >= join_at
@@ -131,11 +138,17 @@ def serve(comm, cfg: PSConfig) -> dict:
     vclock = RangeClock(cfg.n_keys, W)
     staged: dict = {}                     # tau = 0: iteration -> updates not yet visible
     forwarded: dict = {}                  # next server -> [(worker, ts, pid)] we forwarded to it
+    aggregating = cfg.replicate == "aggregate"
+    agg: dict = {}                        # next server -> buffered updates (replicate after aggregation)
+    direct: dict = {}                     # tag -> (keys, values) applied as a stand-in head
+    ticks = 0
     n_push = n_dup = n_fwd = 0
     done = np.zeros(W, dtype=bool)
     # Joining (Li et al. 2014, section 4.3): the joiner asks the donors for its keys (phase 1, pre-copy),
     # donors then forward every change to those keys (phase 2) until all workers use the new ring.
     J = cfg.joiner
+    if aggregating and cfg.replicas > 1:
+        raise ValueError("replicate='aggregate' is supported with replicas <= 1")
     if J >= 0:
         if cfg.replicas or cfg.updater != "sum":
             raise ValueError("a joining server is supported with replicas=0 and the summing updater")
@@ -160,6 +173,8 @@ def serve(comm, cfg: PSConfig) -> dict:
         _forget(comm, p)
         if p < S:                          # our successor died: we are the tail of what we sent it
             by = {}
+            for w, ts, clock, pid, arc, keys, vals in agg.pop(p, []):
+                by.setdefault((w, ts), []).append(pid)
             for w, ts, pid in forwarded.pop(p, []):
                 by.setdefault((w, ts), []).append(pid)
             for (w, ts), pids in by.items():
@@ -180,6 +195,8 @@ def serve(comm, cfg: PSConfig) -> dict:
                 applied.add(tag)
                 n_push += 1
                 write(keys, vals.reshape(-1, cfg.val_len), clock)
+                if aggregating and ring.chain(arc, cfg.replicas)[0] != me:
+                    direct[tag] = (keys, vals.reshape(-1, cfg.val_len))   # may also come inside an aggregate
                 if keys.size:
                     vclock.update(int(keys[0]), int(keys[-1]) + 1, w, clock + 1)
             chain = ring.chain(arc, cfg.replicas, dead)
@@ -189,6 +206,9 @@ def serve(comm, cfg: PSConfig) -> dict:
             else:
                 onward.setdefault(nxt, []).append((pid, arc, keys, vals))
         for dest, ps in onward.items():
+            if aggregating:                # replicate after aggregation: acknowledged at the next flush
+                agg.setdefault(dest, []).extend((w, ts, clock) + tuple(p) for p in ps)
+                continue
             if send(("fwd", w, ts, clock, ps), dest):
                 n_fwd += 1
                 forwarded.setdefault(dest, []).extend((w, ts, p[0]) for p in ps)
@@ -197,6 +217,44 @@ def serve(comm, cfg: PSConfig) -> dict:
                 acks.extend(acks_more)
         if acks:
             send(("ack", ts, acks), S + w)
+
+    def flush_agg():
+        """Send each successor the sum of the updates buffered for it, one entry per range."""
+        nonlocal n_fwd
+        for dest in list(agg):
+            entries = agg.pop(dest)
+            by_arc = {}
+            for w, ts, clock, pid, arc, keys, vals in entries:
+                by_arc.setdefault(arc, []).append((w, ts, clock, pid, keys, vals))
+            out = []
+            for arc, es in by_arc.items():
+                allk = np.concatenate([e[4] for e in es])
+                u, inv = np.unique(allk, return_inverse=True)
+                total = np.zeros((len(u), cfg.val_len))
+                np.add.at(total, inv, np.concatenate([np.asarray(e[5]).reshape(-1, cfg.val_len) for e in es]))
+                out.append((arc, u, total, [(e[0], e[1], e[3]) for e in es], max(e[2] for e in es)))
+            if send(("agg", out), dest):
+                n_fwd += 1
+                forwarded.setdefault(dest, []).extend(t for o in out for t in o[3])
+            else:                          # it died before we sent: we are the tail now
+                for w, ts, clock, pid, arc, keys, vals in entries:
+                    for a in apply_again(w, ts, clock, [(pid, arc, keys, vals)]):
+                        send(("ack", ts, [a]), S + w)
+
+    def apply_agg(out):
+        """A successor applies a summed batch once; updates it already got directly are taken back out."""
+        acks = {}
+        for arc, keys, total, tags, clock in out:
+            write(keys, total, clock)
+            for tag in tags:
+                if tag in applied and tag in direct:     # re-sent to us after a failure, then arrived again here
+                    k, v = direct.pop(tag)
+                    write(k, -v, clock)
+                applied.add(tag)
+            for w, ts, pid in tags:        # replicas <= 1: the successor is the tail
+                acks.setdefault((w, ts), []).append(pid)
+        for (w, ts), pids in acks.items():
+            send(("ack", ts, pids), S + w)
 
     def apply_again(w, ts, clock, pieces):
         out = []
@@ -305,11 +363,21 @@ def serve(comm, cfg: PSConfig) -> dict:
             deferred.append((w, ts, t, pieces, time.perf_counter()))
         elif kind == "clock":
             clocks[msg[1]] = max(clocks[msg[1]], msg[2])
+            ticks += 1
+            if aggregating and ticks % (cfg.aggregate_every or W) == 0:
+                flush_agg()
+        elif kind == "flush":
+            flush_agg()
+        elif kind == "agg":
+            with comm.compute("apply"):
+                apply_agg(msg[1])
             if J >= 0:
                 maybe_join()
         elif kind == "done":
             done[msg[1]] = True
             clocks[msg[1]] = INF
+            if aggregating:
+                flush_agg()
             if J >= 0:
                 maybe_join()
                 handoff_check()
@@ -466,6 +534,13 @@ class KVWorker:
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def wait_all(self):
+        if self.cfg.replicate == "aggregate" and self.pending:
+            for s in range(self.cfg.n_servers):    # ask heads to replicate what they hold, so acks come
+                if s not in self.dead:
+                    try:
+                        self.comm.send(("flush",), s)
+                    except PeerLost:
+                        self._lost(s)
         for ts in sorted(self.pending):
             self.wait(ts)
 

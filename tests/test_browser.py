@@ -50,6 +50,11 @@ KNOWN_BUGS = {
         "the last cell closes the clusters that the play() widget reuses (cluster_for), so after "
         "Run All, moving a slider raises 'RuntimeError: this Cluster is closed; create a new one'",
         "this Cluster is closed"),
+    "05_parameter_server_internals": (
+        "the last cell closes the cluster that the play() widget uses, so after Run All a slider "
+        "move raises 'RuntimeError: this Cluster is closed' inside the undisplayed "
+        "widgets.interactive(...) object, and the student sees nothing change",
+        "changed no output"),
 }
 
 

@@ -28,6 +28,11 @@ def load_program(path: str):
     spec.loader.exec_module(module)
     if not callable(getattr(module, "main", None)):
         raise AttributeError(f"{path} must define main(comm)")
+    # Workers started by spawn or forkserver cannot import a file loaded by path:
+    # ship the program's functions by value, as for a notebook cell.
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
     return module
 
 

@@ -31,7 +31,7 @@ MAX_TAG = 2 ** 31  # tags travel as 32-bit integers in the frame header (MPI gua
 
 
 class PeerLost(ConnectionError):
-    """The peer at the other end of a Pipe died (its process is gone)."""
+    """The peer at the other end of a Pipe died (its process is gone); ``.rank`` names it."""
 
     def __init__(self, rank: int, during: str = "recv"):
         super().__init__(f"rank {rank} is gone (its Pipe closed during {during})")
@@ -269,7 +269,7 @@ class Comm(CollectivesMixin):
                 payload, header = wire.send(conn, self._run_id, context, tag, obj,
                                             self._stamp(dest, start, busy_until))
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError) as exc:
-                self._dead.add(dest)
+                self._mark_dead(dest)
                 raise PeerLost(dest, "send") from exc
             if busy_until:  # the emulated link is busy for nbytes / bandwidth
                 _sleep_until(busy_until[0])

@@ -186,7 +186,12 @@ atexit.register(release_all)
 
 
 def _forget_ownership_in_child() -> None:
-    """A forked child inherits the parent's table of owned segments; it owns none of them."""
+    """A forked child inherits the parent's table of owned segments; it owns none of them.
+
+    The objects are kept (not dropped): their ``__del__`` would try to close mappings that
+    inherited numpy views still use, and print BufferErrors from every worker.
+    """
+    _kept_for_views.extend(_owned.values())
     _owned.clear()
 
 

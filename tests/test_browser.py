@@ -42,19 +42,6 @@ pytestmark = [pytest.mark.browser]
 # {notebook: (what is wrong, text its failure must contain)}. Only that failure is an xfail; any
 # other failure fails, and the test passes (with a warning) once the notebook is fixed.
 KNOWN_BUGS = {
-    "01_mapreduce_gd": (
-        "the last cell releases the shared arrays Xs, ys that the explore() widget uses, so after "
-        "Run All, moving a slider and clicking Run Interact raises 'ValueError: shared array ... was released'",
-        "was released"),
-    "03_async_parameter_server": (
-        "the last cell closes the clusters that the play() widget reuses (cluster_for), so after "
-        "Run All, moving a slider raises 'RuntimeError: this Cluster is closed; create a new one'",
-        "this Cluster is closed"),
-    "05_parameter_server_internals": (
-        "the last cell closes the cluster that the play() widget uses, so after Run All a slider "
-        "move raises 'RuntimeError: this Cluster is closed' inside the undisplayed "
-        "widgets.interactive(...) object, and the student sees nothing change",
-        "changed no output"),
 }
 
 

@@ -334,15 +334,18 @@ class Cluster:
         for conn in self._conns:
             conn.send(("run", config))
             conn.send_bytes(payload)
+        bar = _ProgressBar()
         try:
-            return self._collect(t0, knobs)
+            return self._collect(t0, knobs, bar)
         except BaseException:
             # Some workers may be blocked on a peer that failed: stop them all now;
             # the next run() starts fresh ones.
             self._stop_workers(self._procs, self._conns, graceful=False)
             raise
+        finally:
+            bar.close()
 
-    def _collect(self, t0: float, knobs: dict) -> RunResult:
+    def _collect(self, t0: float, knobs: dict, bar: "_ProgressBar") -> RunResult:
         n = self.n_workers
         results, failures = [None] * n, {}
         stats, events = Stats(n), []
@@ -351,6 +354,7 @@ class Cluster:
         errors: list[WorkerError] = []
         deadline = None if knobs["timeout"] is None else t0 + knobs["timeout"]
         first_error_at = None
+        progress: dict[int, tuple[int, int]] = {}  # rank -> (done, total) from comm.progress()
         while running:
             if errors and knobs["on_failure"] == "raise":
                 # Give the others a moment to report, so the root cause can be named.
@@ -383,6 +387,10 @@ class Cluster:
                 if msg is None:  # the process is gone
                     self._procs[rank].join(0.5)
                     err = self._death_error(rank)
+                elif msg[0] == "progress":
+                    progress[rank] = msg[2:]
+                    bar.update(progress)
+                    continue
                 elif msg[0] == "barrier":
                     at_barrier.add(rank)
                     if at_barrier >= running:
@@ -417,7 +425,9 @@ class Cluster:
         # A failed rank exits (or is dead): the next run needs fresh workers, even if the
         # process has not quite finished exiting yet.
         self._needs_restart = bool(errors)
-        return RunResult(results, stats, Timeline(events), time.perf_counter() - t0, failures)
+        out = RunResult(results, stats, Timeline(events), time.perf_counter() - t0, failures)
+        out.progress = progress
+        return out
 
     def _death_error(self, rank: int) -> WorkerError:
         code = self._procs[rank].exitcode
@@ -430,6 +440,29 @@ class Cluster:
             how = f"exited unexpectedly with code {code}"
         return WorkerError(f"rank {rank} {how} (no Python traceback: the process vanished)", rank, [rank],
                            "", code, exc_type="ProcessDied")
+
+
+class _ProgressBar:
+    """A tqdm bar (a widget in Jupyter) over the steps that workers report with comm.progress()."""
+
+    def __init__(self):
+        self._bar = None
+
+    def update(self, progress: dict) -> None:
+        done = sum(d for d, _ in progress.values())
+        total = sum(t for _, t in progress.values())
+        if self._bar is None:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, desc="steps", unit="step", leave=False)
+        self._bar.total = total
+        self._bar.n = done
+        self._bar.refresh()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
 
 def _primary(errors: list[WorkerError]) -> WorkerError:

@@ -110,6 +110,7 @@ class Comm(CollectivesMixin):
         self._sent_msgs = [0] * self.size
         self._sent_header = [0] * self.size
         self._tracer = Tracer(self.rank, t0, enabled=trace)
+        self._last_progress = 0.0
         self.step = 0
 
     @property
@@ -229,6 +230,17 @@ class Comm(CollectivesMixin):
         if reply != ("barrier_go",):  # pragma: no cover - protocol error
             raise RuntimeError(f"rank {self.rank}: unexpected control message {reply!r}")
         self._tracer.add("wait", start, time.perf_counter(), "barrier")
+
+    def progress(self, done: int, total: int) -> None:
+        """Report progress (``done`` of ``total`` steps); the caller's cell shows a progress bar.
+
+        Cheap to call every step: updates reach the launching process at most ten times a second.
+        """
+        now = time.perf_counter()
+        if done >= total or now - self._last_progress >= 0.1:
+            self._last_progress = now
+            if self._control is not None:
+                self._control.send(("progress", self.rank, int(done), int(total)))
 
     @contextmanager
     def compute(self, label: str = "compute"):

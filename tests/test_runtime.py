@@ -587,3 +587,19 @@ def test_a_raising_worker_releases_peers_waiting_on_it():
         waits = res.timeline.of(rank=0, kind="wait")
         assert any(e.label == "peer lost" and e.peer == 1 for e in waits)
         assert list(c.run(whoami, 5)) == [(r, 3, 5) for r in range(3)]  # fresh workers next time
+
+
+def with_progress(comm, steps):
+    for i in range(steps):
+        with comm.compute():
+            time.sleep(0.03)
+        comm.progress(i + 1, steps)
+    return steps
+
+
+def test_progress_reaches_the_parent_as_a_bar(capfd):
+    with Cluster(2, start_method="fork") as c:
+        res = c.run(with_progress, 10)
+    assert res.progress == {0: (10, 10), 1: (10, 10)}  # the last report always arrives
+    err = capfd.readouterr().err
+    assert "steps" in err and "/20" in err  # tqdm drew a bar over both ranks' steps

@@ -191,6 +191,7 @@ def _server(comm, n, iters, lr, w, reduce, start, prefix, checkpoint_dir, checkp
             if save:
                 ckpt.save(checkpoint_dir, w, t + 1, np.concatenate([prefix, losses]), meta)
         times.append(comm.now() - t0)
+        comm.progress(t + 1, iters)  # a progress bar in the notebook cell
     for r in range(1, m + 1):  # also to a worker given up for silence: it may still be listening
         try:
             comm.send(_STOP, r, tag=TAG_STOP)

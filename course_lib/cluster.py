@@ -443,18 +443,26 @@ class Cluster:
 
 
 class _ProgressBar:
-    """A tqdm bar (a widget in Jupyter) over the steps that workers report with comm.progress()."""
+    """A tqdm bar (a widget in Jupyter) over the steps that workers report with comm.progress().
 
-    def __init__(self):
+    Only runs still going after ``delay`` seconds get a bar, so quick runs stay quiet; the
+    bar stays in the output when the run ends (a closed widget would leave a dead output).
+    """
+
+    def __init__(self, delay: float = 1.0):
         self._bar = None
+        self._start = time.perf_counter()
+        self._delay = delay
 
     def update(self, progress: dict) -> None:
         done = sum(d for d, _ in progress.values())
         total = sum(t for _, t in progress.values())
         if self._bar is None:
+            if time.perf_counter() - self._start < self._delay:
+                return
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=total, desc="steps", unit="step", leave=False)
+            self._bar = tqdm(total=total, desc="steps", unit="step", leave=True)
         self._bar.total = total
         self._bar.n = done
         self._bar.refresh()

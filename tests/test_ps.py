@@ -300,7 +300,7 @@ def test_scheduler_reassigns_a_dead_workers_data(data):
 def test_a_server_joins_in_two_phases_and_no_update_is_lost():
     cfg = PSConfig(n_servers=3, n_workers=2, n_keys=2000, vnodes=3, joiner=2, join_at=8, join_vnodes=1)
     with Cluster(cfg.size, timeout=60) as c:
-        res = c.run(ps_node, cfg, deterministic_pushes, 30, cfg.n_keys, 1)
+        res = c.run(ps_node, cfg, deterministic_pushes, 150, cfg.n_keys, 1)  # long enough that pushes outlast the join
     w = gather_store(list(res), cfg)
     assert np.array_equal(w.ravel(), replay([r["log"] for r in res[3:]], cfg.n_keys))
     before, after = cfg.ring(), cfg.final_ring()

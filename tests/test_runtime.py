@@ -221,12 +221,28 @@ def test_stats_and_timeline(cluster):
     assert all(e.end >= e.start >= 0 for e in tl)
 
 
-def test_worker_logs_reach_the_parent_tagged_with_rank(cluster, capfd):
+class _Collector:
+    """A thread-safe stand-in for sys.stdout (capfd loses lines written while it is read)."""
+
+    def __init__(self):
+        self.parts = []
+
+    def write(self, text):
+        self.parts.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+def test_worker_logs_reach_the_parent_tagged_with_rank(cluster, monkeypatch):
+    out = _Collector()
+    monkeypatch.setattr(sys, "stdout", out)  # the log listener writes to sys.stdout at emit time
     cluster.run(logs)
     deadline = time.time() + 10  # records travel through a queue thread; a loaded machine is slow
     text = ""
     while time.time() < deadline:
-        text += capfd.readouterr().out
+        text = "".join(out.parts)
         if all(f"printed by {r}" in text for r in range(4)) and text.count("hello from the worker") == 4:
             break
         time.sleep(0.1)
@@ -592,7 +608,7 @@ def test_a_raising_worker_releases_peers_waiting_on_it():
 def with_progress(comm, steps):
     for i in range(steps):
         with comm.compute():
-            time.sleep(0.03)
+            time.sleep(0.15)  # 1.5 s in all: long enough to deserve a bar
         comm.progress(i + 1, steps)
     return steps
 

@@ -297,8 +297,20 @@ def test_scheduler_reassigns_a_dead_workers_data(data):
     assert all(sched["done_by"][t] == 3 for t in back)             # the survivor did the dead worker's part
 
 
+def _join_run():
+    cfg = PSConfig(n_servers=3, n_workers=2, n_keys=2000, vnodes=3, joiner=2, join_at=8, join_vnodes=1)
+    with Cluster(cfg.size, timeout=60) as c:
+        res = c.run(ps_node, cfg, deterministic_pushes, 150, cfg.n_keys, 1)  # long enough that pushes outlast the join
+    return cfg, res
+
+
 @pytest.mark.xfail(strict=False, reason="known race (issue 8 stays open): on a quiet machine the workers can "
                    "finish before they switch to the joiner, which then serves no push (n_push == 0)")
+def test_the_joiner_then_serves_pushes_itself():
+    cfg, res = _join_run()
+    assert res[2]["n_push"] > 0
+
+
 def test_a_server_joins_in_two_phases_and_no_update_is_lost():
     cfg = PSConfig(n_servers=3, n_workers=2, n_keys=2000, vnodes=3, joiner=2, join_at=8, join_vnodes=1)
     with Cluster(cfg.size, timeout=60) as c:
@@ -311,7 +323,6 @@ def test_a_server_joins_in_two_phases_and_no_update_is_lost():
     assert np.all(after.lookup(moved) == 2) and len(np.unique(before.arcs(moved))) == 1   # one range moved
     j = res[2]["join"]
     assert j["requested"] and j["precopy_keys"] == len(moved)           # phase 1 copied exactly those keys
-    assert res[2]["n_push"] > 0                                         # then the joiner served pushes itself
 
 
 def test_value_compression_is_lossless_and_saves_bytes():

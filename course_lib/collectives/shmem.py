@@ -12,7 +12,7 @@ every call: much faster for repeated calls).
 from __future__ import annotations
 
 import sys
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import shared_memory
 
 import numpy as np
 
@@ -88,16 +88,7 @@ _WORKSPACES: dict = {}   # workspace segments this process attached (mapped unti
 
 
 def _attach_untracked(name):
-    """Attach without registering with this process's resource tracker.
-
-    Before Python 3.13 attaching registers the segment, and a worker's own tracker then
-    unlinks (or warns about) a segment it never owned when the worker exits. The owner
-    (rank 0) is tracked, and the runtime sweeps segments of dead workers by pid."""
+    """Attach without registering with this process's resource tracker (see :mod:`course_lib.shm`)."""
     if sys.version_info >= (3, 13):
         return shared_memory.SharedMemory(name=name, track=False)
-    saved = resource_tracker.register
-    resource_tracker.register = lambda *args, **kwargs: None
-    try:
-        return shared_memory.SharedMemory(name=name)
-    finally:
-        resource_tracker.register = saved
+    return shm._attach_untracked(name)

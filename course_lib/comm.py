@@ -112,6 +112,7 @@ class Comm(CollectivesMixin):
         self._tracer = Tracer(self.rank, t0, enabled=trace)
         self._last_progress = 0.0
         self.step = 0
+        self._label_steps: dict = {}      # label -> compute phases so far, for Fault(label=...)
 
     @property
     def stats(self) -> Stats:
@@ -247,9 +248,16 @@ class Comm(CollectivesMixin):
         """Trace a compute phase. Stragglers are slowed here and faults fire here."""
         step = self.step
         self.step += 1
-        if self._fault is not None and self._fault.step == step:
-            self.logger.warning("injected fault %r at compute step %d", self._fault.kind, step)
-            self._fault.trigger(self.rank)
+        fault = self._fault
+        if fault is not None and fault.label is not None:
+            if fault.label != label:
+                fault = None
+            else:
+                step = self._label_steps.get(label, 0)
+                self._label_steps[label] = step + 1
+        if fault is not None and fault.step == step:
+            self.logger.warning("injected fault %r at compute step %d (%s)", fault.kind, step, label)
+            fault.trigger(self.rank)
         start = time.perf_counter()
         try:
             yield

@@ -21,20 +21,26 @@ class Fault:
     kind: ``"raise"`` (an exception, with traceback), ``"kill"`` (SIGKILL: the
     process vanishes, as when a machine loses power), ``"hang"`` (never returns),
     ``"exit"`` (``os._exit(3)``, a crash without a traceback).
+    label: count only the compute phases with this label (``comm.compute(label)``), so
+    a fault can hit one protocol step exactly, e.g. ``Fault("kill", 0, label="precopy")``.
     """
 
     kind: str = "raise"
     step: int = 0
+    label: str | None = None
 
     def __post_init__(self):
         if self.kind not in FAULT_KINDS:
             raise ValueError(f"Fault kind must be one of {FAULT_KINDS}, got {self.kind!r}")
         if not isinstance(self.step, int) or self.step < 0:
             raise ValueError(f"Fault step must be an int >= 0, got {self.step!r}")
+        if self.label is not None and not isinstance(self.label, str):
+            raise ValueError(f"Fault label must be a str or None, got {self.label!r}")
 
     def trigger(self, rank: int) -> None:
         if self.kind == "raise":
-            raise InjectedFault(f"injected fault on rank {rank} at compute step {self.step}")
+            where = f"compute step {self.step}" + (f" labelled {self.label!r}" if self.label else "")
+            raise InjectedFault(f"injected fault on rank {rank} at {where}")
         sys.stdout.flush()
         time.sleep(0.05)  # let the log feeder thread finish writing (a kill mid-write wedges the queue)
         if self.kind == "kill":
@@ -50,9 +56,9 @@ class Fault:
 def as_fault(value) -> Fault:
     if isinstance(value, Fault):
         return value
-    if isinstance(value, tuple) and len(value) == 2:
+    if isinstance(value, tuple) and len(value) in (2, 3):
         return Fault(*value)
-    raise TypeError(f"a fault must be Fault(kind, step) or (kind, step), got {value!r}")
+    raise TypeError(f"a fault must be Fault(kind, step[, label]) or (kind, step[, label]), got {value!r}")
 
 
 def check_rank_map(mapping, n_workers: int, what: str) -> dict:

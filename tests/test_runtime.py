@@ -306,6 +306,30 @@ def test_injected_faults(kind):
     assert_clean()
 
 
+def labelled_steps(comm):
+    done = []
+    for i in range(4):
+        with comm.compute("a"):
+            done.append(("a", i))
+        with comm.compute("b"):
+            done.append(("b", i))
+    return done
+
+
+def test_a_labelled_fault_counts_only_its_label():
+    with Cluster(2, start_method="fork") as c:
+        with pytest.raises(WorkerError) as info:
+            c.run(labelled_steps, faults={1: Fault("raise", 2, label="b")})
+        assert info.value.rank == 1 and "compute step 2 labelled 'b'" in str(info.value)
+        # it fired at the third "b" phase (the sixth phase overall), not at overall step 2
+        with pytest.raises(WorkerError) as info:
+            c.run(labelled_steps, faults={1: ("raise", 2)})
+        assert str(info.value).splitlines()[0].endswith("at compute step 2")
+    with pytest.raises(ValueError, match="label"):
+        Fault("kill", 0, label=3)
+    assert_clean()
+
+
 @pytest.mark.parametrize("start_method", METHODS)
 def test_on_failure_continue_lets_a_server_survive(start_method):
     with Cluster(4, start_method=start_method, on_failure="continue") as c:

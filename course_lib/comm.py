@@ -282,12 +282,14 @@ class Comm(CollectivesMixin):
 
     def _send(self, obj, dest: int, tag: int, context: int) -> None:
         conn = self._links[dest]
+        tracer = self._tracer
         with self._send_locks[dest]:
-            start = time.perf_counter()
+            # the clock is read only when a trace or the emulated network needs it
+            start = _now() if tracer.enabled or not self._instant else 0.0
             busy_until: list = []
             try:
                 payload, header = wire.send(conn, self._run_id, context, tag, obj,
-                                            self._stamp(dest, start, busy_until))
+                                            None if self._instant else self._stamp(dest, start, busy_until))
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError) as exc:
                 self._mark_dead(dest)
                 raise PeerLost(dest, "send") from exc
@@ -296,7 +298,8 @@ class Comm(CollectivesMixin):
             self._sent_bytes[dest] += payload
             self._sent_msgs[dest] += 1
             self._sent_header[dest] += header
-            self._tracer.add("send", start, time.perf_counter(), "", dest, payload)
+            if tracer.enabled:
+                tracer.add("send", start, _now(), "", dest, payload)
 
     def _isend(self, obj, dest: int, tag: int, context: int) -> Request:
         box: list = []
@@ -322,13 +325,20 @@ class Comm(CollectivesMixin):
 
     def _read_one(self, peer: int) -> None:
         """Read one message from ``peer`` into the pending queue."""
+        msg = self._read_message(peer)
+        if msg is not None:
+            self._pending.append(msg)
+
+    def _read_message(self, peer: int) -> _Message | None:
+        """Read one message from ``peer`` (None if it is a straggler from an earlier run)."""
         try:
             run_id, context, tag, ready_at, obj, nbytes, read_start = wire.recv(self._links[peer])
         except (EOFError, ConnectionResetError, OSError) as exc:
             self._mark_dead(peer)
             raise PeerLost(peer) from exc
         if run_id == self._run_id:  # drop stragglers from an earlier, aborted run
-            self._pending.append(_Message(peer, context, tag, obj, ready_at, nbytes, read_start, time.perf_counter()))
+            return _Message(peer, context, tag, obj, ready_at, nbytes, read_start, _now())
+        return None
 
     def _mark_dead(self, peer: int) -> None:
         if peer not in self._dead:
@@ -352,24 +362,38 @@ class Comm(CollectivesMixin):
 
     def _recv(self, source: int, tag: int, context: int):
         """Block until a matching message is delivered; return (source, tag, obj)."""
-        start = time.perf_counter()
+        tracer = self._tracer
+        if not tracer.enabled:  # the same, minus the bookkeeping of the timeline
+            msg = self._wait_for_match(source, tag, context)
+            if msg.ready_at and msg.ready_at > _now():  # the emulated network has not delivered it yet
+                _sleep_until(msg.ready_at)
+            return msg.source, msg.tag, msg.obj
+        start = _now()
         try:
             msg = self._wait_for_match(source, tag, context)
         except PeerLost as exc:  # the time spent waiting for a dead peer is still waiting
-            self._tracer.add("wait", start, time.perf_counter(), "peer lost", exc.rank)
+            tracer.add("wait", start, _now(), "peer lost", exc.rank)
             raise
         # Blocked until the bytes started to arrive: "wait"; reading them: "recv";
         # then, on an emulated network, waiting for the modelled delivery time: "wait".
         read_start, read_end = max(msg.read_start, start), max(msg.read_end, start)
         if read_start - start > 20e-6:
-            self._tracer.add("wait", start, read_start, "", msg.source)
-        self._tracer.add("recv", read_start, read_end, "", msg.source, msg.nbytes)
-        if msg.ready_at > time.perf_counter():  # the emulated network has not delivered it yet
+            tracer.add("wait", start, read_start, "", msg.source)
+        tracer.add("recv", read_start, read_end, "", msg.source, msg.nbytes)
+        if msg.ready_at > _now():  # the emulated network has not delivered it yet
             _sleep_until(msg.ready_at)
-            self._tracer.add("wait", read_end, time.perf_counter(), "network", msg.source)
+            tracer.add("wait", read_end, _now(), "network", msg.source)
         return msg.source, msg.tag, msg.obj
 
     def _wait_for_match(self, source: int, tag: int, context: int) -> _Message:
+        if source != ANY_SOURCE and not self._pending and source not in self._dead:
+            # The common case: nothing queued, one named source. Its next message is
+            # returned straight away if it matches (no other message could match first).
+            msg = self._read_message(source)
+            if msg is not None and (tag == ANY_TAG or msg.tag == tag) and msg.context == context:
+                return msg
+            if msg is not None:
+                self._pending.append(msg)
         msg = self._match(source, tag, context)
         while msg is None:
             if source == ANY_SOURCE:
@@ -383,6 +407,9 @@ class Comm(CollectivesMixin):
                 self._read_one(source)  # a blocking read: the time until bytes arrive is "wait"
             msg = self._match(source, tag, context)
         return msg
+
+
+_now = time.perf_counter
 
 
 def _sleep_until(t: float) -> None:

@@ -1,13 +1,23 @@
 """How objects cross a Pipe: one small header frame, then raw buffers.
 
 A numpy array is never pickled: the header frame carries its dtype and shape, a second
-frame carries its memory (``send_bytes``), and the receiver allocates an empty array and
-fills it with ``recv_bytes_into`` (one copy, from the socket into the array).
+frame carries its memory, and the receiver allocates an empty array and reads the frame
+straight into it (one copy, from the socket into the array).
 Any other object is pickled with protocol 5, so arrays *inside* it also travel as
 out-of-band raw frames rather than inside the pickle; a small object is a single frame.
 
 Header frame = fixed struct prefix ``(kind, run_id, context, tag, ready_at, n_buffers)``,
 then ``n_buffers`` buffer sizes, then the meta (array: dtype/shape pickle; object: pickle).
+
+Frames are ``multiprocessing.connection.Connection`` frames (a 4-byte big-endian length,
+or -1 and an 8-byte length for frames over 2 GiB, then the bytes), so either end may use
+``send_bytes``/``recv_bytes``. On a POSIX Connection, this module reads and writes those
+frames on the file descriptor itself: all the frames of a message leave in one
+``writev`` call, and a payload frame is read with ``readv`` directly into the receiver's
+array. (``Connection.recv_bytes_into`` reads each chunk into a fresh ``bytes`` and then a
+``BytesIO`` before copying into the target: two extra copies, and fresh pages to fault
+in for every large message.) Any other link (e.g. the MPI backend's) is used through its
+``send_bytes``/``recv_bytes``/``recv_bytes_into``.
 
 Payload size counted in the statistics:
   * an ndarray: exactly ``arr.nbytes``;
@@ -15,9 +25,12 @@ Payload size counted in the statistics:
 """
 from __future__ import annotations
 
+import os
 import pickle
 import struct
+import sys
 import time
+from multiprocessing.connection import Connection
 
 import numpy as np
 
@@ -25,10 +38,128 @@ ARRAY, OBJECT = 0, 1
 _PREFIX = struct.Struct("<BqiidI")  # kind, run_id, context, tag, ready_at, n_buffers
 _SIZE = struct.Struct("<Q")
 
+# Connection's own framing (multiprocessing/connection.py: _send_bytes/_recv_bytes)
+_LEN = struct.Struct("!i")
+_BIG_LEN = struct.Struct("!Q")
+_BIG = 0x7fffffff
+_BIG_MARK = _LEN.pack(-1)
+_IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
+_SMALL_FRAME = 1 << 16  # larger frames are read into one preallocated buffer
+
+# The descriptor-level path needs POSIX read/write semantics on the Connection's handle.
+_FD_CONNECTION = Connection if sys.platform != "win32" else None
+
 
 def _bytes_view(arr: np.ndarray) -> memoryview:
     """A flat byte view of a contiguous array, whatever its dtype or shape."""
     return memoryview(arr.reshape(-1).view(np.uint8))
+
+
+def _frame_len(n: int) -> bytes:
+    return _LEN.pack(n) if n <= _BIG else _BIG_MARK + _BIG_LEN.pack(n)
+
+
+# -- frames on a file descriptor ---------------------------------------------------------
+def _write_frames(fd: int, first: bytes, frames) -> None:
+    """Write frame ``first`` (small, bytes) then ``frames`` (buffers): one syscall unless interrupted."""
+    if not frames:
+        data = _frame_len(len(first)) + first
+        n = os.write(fd, data)
+        if n < len(data):
+            _write_all(fd, [memoryview(data)[n:]])
+        return
+    parts = [_frame_len(len(first)) + first]
+    for f in frames:
+        parts.append(_frame_len(f.nbytes))
+        parts.append(f)
+    _write_all(fd, parts)
+
+
+def _write_all(fd: int, parts: list) -> None:
+    parts = [memoryview(p).cast("B") if not isinstance(p, bytes) else p for p in parts]
+    i = 0
+    while i < len(parts):
+        batch = parts[i:i + _IOV_MAX]
+        n = os.writev(fd, batch)
+        # skip what was written; a partial write (signal, huge message) resumes mid-buffer
+        for p in batch:
+            if n >= len(p):
+                n -= len(p)
+                i += 1
+            else:
+                parts[i] = memoryview(p)[n:]
+                break
+
+
+def _read_exact(fd: int, n: int, first: bool = False) -> bytes:
+    data = os.read(fd, n)
+    if len(data) == n:
+        return data
+    if not data:
+        if first:
+            raise EOFError
+        raise OSError("got end of file during message")
+    buf = bytearray(data)
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            raise OSError("got end of file during message")
+        buf += chunk
+    return bytes(buf)
+
+
+def _read_len(fd: int) -> int:
+    head = os.read(fd, 4)
+    if len(head) != 4:
+        head = head + _read_exact(fd, 4 - len(head)) if head else _read_exact(fd, 4, first=True)
+    n, = _LEN.unpack(head)
+    if n == -1:
+        n, = _BIG_LEN.unpack(_read_exact(fd, 8))
+    return n
+
+
+def _read_into(fd: int, view: memoryview) -> None:
+    got, size = 0, len(view)
+    while got < size:
+        k = os.readv(fd, [view[got:]])
+        if k == 0:
+            raise OSError("got end of file during message")
+        got += k
+
+
+def _recv_frame(conn):
+    if type(conn) is not _FD_CONNECTION:
+        return conn.recv_bytes()
+    fd = conn.fileno()
+    n = _read_len(fd)
+    if n <= _SMALL_FRAME:
+        return _read_exact(fd, n)
+    buf = bytearray(n)  # one buffer, filled in place (os.read would allocate n bytes per chunk)
+    _read_into(fd, memoryview(buf))
+    return buf
+
+
+def _recv_frame_into(conn, view: memoryview) -> None:
+    """Read the next frame, which must be exactly ``len(view)`` bytes, into ``view``."""
+    if type(conn) is not _FD_CONNECTION:
+        n = conn.recv_bytes_into(view)
+    else:
+        fd = conn.fileno()
+        n = _read_len(fd)
+        if n == len(view):
+            _read_into(fd, view)
+    if n != len(view):  # pragma: no cover - protocol corruption
+        raise RuntimeError(f"expected {len(view)} bytes, got a frame of {n}")
+
+
+# -- messages -------------------------------------------------------------------------------
+def _put(conn, header: bytes, frames) -> None:
+    if type(conn) is _FD_CONNECTION:
+        _write_frames(conn.fileno(), header, frames)
+    else:
+        conn.send_bytes(header)
+        for f in frames:
+            conn.send_bytes(f)
 
 
 def send(conn, run_id: int, context: int, tag: int, obj, stamp=None) -> tuple[int, int]:
@@ -42,21 +173,21 @@ def send(conn, run_id: int, context: int, tag: int, obj, stamp=None) -> tuple[in
         ready_at = stamp(arr.nbytes) if stamp else 0.0
         meta = pickle.dumps((arr.dtype.str, arr.shape), protocol=5)
         header = _PREFIX.pack(ARRAY, run_id, context, tag, ready_at, 0) + meta
-        conn.send_bytes(header)
-        if arr.nbytes:
-            conn.send_bytes(_bytes_view(arr))
+        _put(conn, header, (_bytes_view(arr),) if arr.nbytes else ())
         return arr.nbytes, len(header)
     buffers: list[pickle.PickleBuffer] = []
     body = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    if not buffers:  # the common case: one frame
+        ready_at = stamp(len(body)) if stamp else 0.0
+        prefix = _PREFIX.pack(OBJECT, run_id, context, tag, ready_at, 0)
+        _put(conn, prefix + body, ())
+        return len(body), len(prefix)
     raws = [b.raw() for b in buffers]
     payload = len(body) + sum(r.nbytes for r in raws)
     ready_at = stamp(payload) if stamp else 0.0
     prefix = _PREFIX.pack(OBJECT, run_id, context, tag, ready_at, len(raws))
     prefix += b"".join(_SIZE.pack(r.nbytes) for r in raws)
-    conn.send_bytes(prefix + body)
-    for r in raws:
-        if r.nbytes:
-            conn.send_bytes(r)
+    _put(conn, prefix + body, [r for r in raws if r.nbytes])
     return payload, len(prefix)
 
 
@@ -66,24 +197,24 @@ def recv(conn):
     Returns (run_id, context, tag, ready_at, obj, payload_bytes, t_header): ``t_header``
     is when the header frame had arrived (before it the receiver was only waiting).
     """
-    frame = conn.recv_bytes()
+    frame = _recv_frame(conn)
     t_header = time.perf_counter()
     kind, run_id, context, tag, ready_at, nbuf = _PREFIX.unpack_from(frame)
     offset = _PREFIX.size
     if kind == ARRAY:
-        dtype, shape = pickle.loads(frame[offset:])
+        dtype, shape = pickle.loads(memoryview(frame)[offset:])
         arr = np.empty(shape, dtype=np.dtype(dtype))
         if arr.nbytes:
-            n = conn.recv_bytes_into(_bytes_view(arr))
-            if n != arr.nbytes:  # pragma: no cover - protocol corruption
-                raise RuntimeError(f"expected {arr.nbytes} bytes, got {n}")
+            _recv_frame_into(conn, _bytes_view(arr))
         return run_id, context, tag, ready_at, arr, arr.nbytes, t_header
-    sizes = [_SIZE.unpack_from(frame, offset + 8 * i)[0] for i in range(nbuf)]
     body = memoryview(frame)[offset + 8 * nbuf:]
+    if not nbuf:
+        return run_id, context, tag, ready_at, pickle.loads(body), len(body), t_header
+    sizes = [_SIZE.unpack_from(frame, offset + 8 * i)[0] for i in range(nbuf)]
     bufs = []
     for size in sizes:
         buf = bytearray(size)  # writable, so arrays inside objects are writable too
         if size:
-            conn.recv_bytes_into(buf)
+            _recv_frame_into(conn, memoryview(buf))
         bufs.append(buf)
     return run_id, context, tag, ready_at, pickle.loads(body, buffers=bufs), len(body) + sum(sizes), t_header

@@ -13,14 +13,22 @@ Worker API (ps-lite style, non-blocking)::
 
 Messages (tuples; numpy arrays travel as raw bytes)::
 
-    worker -> head:   ("push", w, ts, clock, pieces)   pieces = [(pid, arc, keys, values), ...]
-                      ("pull", w, ts, clock, pieces)   pieces = [(pid, arc, keys, None), ...]
+    worker -> head:   ("push", w, ts, clock, pieces, epoch)   pieces = [(pid, arc, keys, values), ...]
+                      ("pull", w, ts, clock, pieces, epoch)   pieces = [(pid, arc, keys, None), ...]
     worker -> all:    ("clock", w, c)   ("done", w)
-    server -> next:   ("fwd",  w, ts, clock, pieces)   chain replication, once per push
+    server -> next:   ("fwd",  w, ts, clock, pieces, epoch)   chain replication, once per push
     tail   -> worker: ("ack", ts, pids)
     head   -> worker: ("vals", ts, [(pid, values), ...])
 
-(``pid`` numbers the slices of one request: the wrapping arc 0 can give two slices.)
+(``pid`` numbers the slices of one request: the wrapping arc 0 can give two slices. ``epoch`` says
+which ring the worker sliced it with: 0 before a server joined, 1 after.)
+
+A server joining (``cfg.joiner``, :mod:`.join`) adds::
+
+    joiner -> servers: ("join_req", keys)  ("join_abort",)      servers -> joiner: ("precopy", s, keys, values, tags, last)
+    old head -> joiner: ("delta", tag, clock, keys, values)     joiner -> old head: ("back", keys, values)
+    joiner -> workers: ("switch",)  ("join_abort",)              worker -> servers: ("switched", w)
+    servers -> joiner: ("handoff_done", s)  ("bye", s)
 
 Key caching (``cfg.key_cache``): a worker that sends a server a key list it has sent before sends
 only its 8-byte hash (``bytes``) in place of the keys; the server keeps ``(worker, hash) -> keys``.
@@ -42,6 +50,7 @@ import hashlib
 import time
 import zlib
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -49,6 +58,7 @@ from course_lib.comm import PeerLost
 
 from .consistency import INF
 from .filters import soft_threshold
+from .join import JoinSide, check_config
 from .keys import check_request, slice_request
 from .ring import HashRing
 from .vclock import RangeClock
@@ -75,10 +85,15 @@ class PSConfig:
     joiner: int = -1           # a server rank that is off the ring until it joins (:func:`serve`)
     join_at: int = 0           # ... when it hears a worker clock >= join_at
     join_vnodes: int = 1       # points the joiner takes (1: it takes one range from one server)
+    precopy_chunk: int = 4096  # keys per message of a joiner's snapshot, sent between two served messages
 
     def ring(self) -> HashRing:
         """The ring at the start (without the joiner)."""
         return HashRing([s for s in range(self.n_servers) if s != self.joiner], self.n_keys, self.vnodes)
+
+    def rings(self) -> tuple:
+        """The rings by epoch: ``(R0,)``, or ``(R0, R1)`` with a joiner."""
+        return (self.ring(), self.final_ring()) if self.joiner >= 0 else (self.ring(),)
 
     def final_ring(self) -> HashRing:
         """The ring at the end (with the joiner, if any)."""
@@ -86,6 +101,9 @@ class PSConfig:
         if self.joiner >= 0:
             r.add(self.joiner, self.join_vnodes)
         return r
+
+    def __post_init__(self):
+        check_config(self)
 
     @property
     def size(self) -> int:
@@ -128,7 +146,9 @@ def _forget(comm, peer: int) -> None:
 def serve(comm, cfg: PSConfig) -> dict:
     """Server loop of rank ``comm.rank``; returns its store and what it recorded."""
     me, S, W = comm.rank, cfg.n_servers, cfg.n_workers
-    ring = cfg.ring()
+    check_config(cfg)
+    rings = cfg.rings()
+    ring = rings[0]
     store = np.zeros((cfg.n_keys, cfg.val_len))
     clocks = np.zeros(W)                  # latest clock heard from each worker (INF once done)
     dead: set = set()
@@ -144,19 +164,8 @@ def serve(comm, cfg: PSConfig) -> dict:
     ticks = 0
     n_push = n_dup = n_fwd = 0
     done = np.zeros(W, dtype=bool)
-    # Joining (Li et al. 2014, section 4.3): the joiner asks the donors for its keys (phase 1, pre-copy),
-    # donors then forward every change to those keys (phase 2) until all workers use the new ring.
-    J = cfg.joiner
     if aggregating and cfg.replicas > 1:
         raise ValueError("replicate='aggregate' is supported with replicas <= 1")
-    if J >= 0:
-        if cfg.replicas or cfg.updater != "sum":
-            raise ValueError("a joining server is supported with replicas=0 and the summing updater")
-        every = np.arange(cfg.n_keys)
-        moving = cfg.final_ring().lookup(every) == J
-        donors = sorted(set(ring.lookup(every[moving]).tolist()))
-    handing, switched, handed, pre = False, set(), set(), set()
-    join = {"precopy_keys": 0, "phase2_msgs": 0, "phase2_keys": 0, "back_msgs": 0, "requested": False}
 
     def send(obj, dest):
         try:
@@ -179,27 +188,33 @@ def serve(comm, cfg: PSConfig) -> dict:
                 by.setdefault((w, ts), []).append(pid)
             for (w, ts), pids in by.items():
                 send(("ack", ts, pids), S + w)
+            join.on_peer_died(p)
         elif p < S + W:                    # a worker died: it no longer holds anyone back
             done[p - S] = True
             clocks[p - S] = INF
+            join.check_handoff()
 
-    def apply(w, ts, clock, pieces):
+    def apply(w, ts, clock, pieces, epoch=0, from_worker=False):
         """Apply new pieces; forward them along each chain; the tail acknowledges."""
         nonlocal n_push, n_dup, n_fwd
         onward, acks = {}, []
+        ring = rings[epoch]
         for pid, arc, keys, vals in pieces:
             tag = (w, ts, pid)
+            chain = ring.chain(arc, cfg.replicas, dead)
             if tag in applied:
                 n_dup += 1
             else:
                 applied.add(tag)
                 n_push += 1
-                write(keys, vals.reshape(-1, cfg.val_len), clock)
+                v = vals.reshape(-1, cfg.val_len)
+                if from_worker:            # we act as its head; a joiner hears of it before the chain does
+                    join.after_apply(tag, clock, keys, v, epoch, chain)
+                write(keys, v, clock)
                 if aggregating and ring.chain(arc, cfg.replicas)[0] != me:
-                    direct[tag] = (keys, vals.reshape(-1, cfg.val_len))   # may also come inside an aggregate
+                    direct[tag] = (keys, v)   # may also come inside an aggregate
                 if keys.size:
                     vclock.update(int(keys[0]), int(keys[-1]) + 1, w, clock + 1)
-            chain = ring.chain(arc, cfg.replicas, dead)
             nxt = chain[chain.index(me) + 1] if me in chain and chain.index(me) + 1 < len(chain) else None
             if nxt is None:
                 acks.append(pid)
@@ -209,11 +224,11 @@ def serve(comm, cfg: PSConfig) -> dict:
             if aggregating:                # replicate after aggregation: acknowledged at the next flush
                 agg.setdefault(dest, []).extend((w, ts, clock) + tuple(p) for p in ps)
                 continue
-            if send(("fwd", w, ts, clock, ps), dest):
+            if send(("fwd", w, ts, clock, ps, epoch), dest):
                 n_fwd += 1
                 forwarded.setdefault(dest, []).extend((w, ts, p[0]) for p in ps)
             else:                          # the next replica died: we may be the tail now
-                acks_more = apply_again(w, ts, clock, ps)
+                acks_more = apply_again(w, ts, clock, ps, epoch)
                 acks.extend(acks_more)
         if acks:
             send(("ack", ts, acks), S + w)
@@ -238,7 +253,7 @@ def serve(comm, cfg: PSConfig) -> dict:
                 forwarded.setdefault(dest, []).extend(t for o in out for t in o[3])
             else:                          # it died before we sent: we are the tail now
                 for w, ts, clock, pid, arc, keys, vals in entries:
-                    for a in apply_again(w, ts, clock, [(pid, arc, keys, vals)]):
+                    for a in apply_again(w, ts, clock, [(pid, arc, keys, vals)], 0):
                         send(("ack", ts, [a]), S + w)
 
     def apply_agg(out):
@@ -256,18 +271,18 @@ def serve(comm, cfg: PSConfig) -> dict:
         for (w, ts), pids in acks.items():
             send(("ack", ts, pids), S + w)
 
-    def apply_again(w, ts, clock, pieces):
+    def apply_again(w, ts, clock, pieces, epoch):
         out = []
         for piece in pieces:
-            chain = ring.chain(piece[1], cfg.replicas, dead)
+            chain = rings[epoch].chain(piece[1], cfg.replicas, dead)
             if me not in chain or chain[-1] == me:
                 out.append(piece[0])
             else:
                 nxt = chain[chain.index(me) + 1]
-                if send(("fwd", w, ts, clock, [piece]), nxt):
+                if send(("fwd", w, ts, clock, [piece], epoch), nxt):
                     forwarded.setdefault(nxt, []).append((w, ts, piece[0]))
                 else:
-                    out.extend(apply_again(w, ts, clock, [piece]))
+                    out.extend(apply_again(w, ts, clock, [piece], epoch))
         return out
 
     key_cache: dict = {}                  # (worker, hash) -> keys
@@ -287,25 +302,6 @@ def serve(comm, cfg: PSConfig) -> dict:
             store[keys] = soft_threshold(store[keys] - cfg.eta * v, cfg.eta * cfg.lam)
         else:
             store[keys] += v
-        if J >= 0 and (handing or (me == J and len(handed) < len(donors))):
-            m = moving[keys]
-            if m.any():                    # donor -> joiner: phase 2; joiner -> donors: keep them current
-                for d in ([J] if me != J else donors):
-                    send(("delta", keys[m], v[m]), d)
-                join["phase2_msgs" if me != J else "back_msgs"] += 1
-                join["phase2_keys"] += int(m.sum()) if me != J else 0
-
-    def maybe_join():
-        if me == J and not join["requested"] and np.max(np.where(np.isfinite(clocks), clocks, 0)) >= cfg.join_at:
-            join["requested"] = True
-            for d in donors:
-                send(("join_req",), d)
-
-    def handoff_check():
-        nonlocal handing
-        if handing and all(done[w] or w in switched for w in range(W)):
-            handing = False
-            send(("handoff_done", me), J)
 
     def write(keys, v, clock):
         # Sequential (tau = 0): an update of iteration c becomes visible only once every worker has
@@ -324,8 +320,8 @@ def serve(comm, cfg: PSConfig) -> dict:
 
     def try_reads():
         flush()
-        if me == J and len(handed) < len(donors):
-            return                         # the joiner answers reads once it holds every change
+        if not join.reads_allowed():
+            return                         # a joiner answers reads once it holds every change
         lo = float(np.min(clocks)) if W else INF
         keep = []
         for w, ts, t, pieces, arrived in deferred:
@@ -337,10 +333,15 @@ def serve(comm, cfg: PSConfig) -> dict:
                 keep.append((w, ts, t, pieces, arrived))
         deferred[:] = keep
 
-    if J >= 0:
-        maybe_join()
-    while not done.all():
+    join = JoinSide(SimpleNamespace(me=me, store=store, dead=dead, done=done, applied=applied, send=send,
+                                    write=write), cfg, rings)
+    join.on_clock(clocks)
+    while not join.may_exit(done.all()):
         try:
+            if join.streaming():           # a joiner's snapshot goes out one chunk between two messages
+                join.send_chunk()
+                if not comm.iprobe():
+                    continue
             src, msg = comm.recv_any()
         except PeerLost as exc:
             p = exc.rank
@@ -351,18 +352,19 @@ def serve(comm, cfg: PSConfig) -> dict:
             continue
         kind = msg[0]
         if kind in ("push", "pull") and cfg.key_cache:
-            msg = msg[:4] + (resolve(msg[1], msg[4]),)
+            msg = msg[:4] + (resolve(msg[1], msg[4]),) + msg[5:]
         if kind == "push" and cfg.compress:
-            msg = msg[:4] + ([(pid, arc, keys, unpack(v)) for pid, arc, keys, v in msg[4]],)
+            msg = msg[:4] + ([(pid, arc, keys, unpack(v)) for pid, arc, keys, v in msg[4]],) + msg[5:]
         if kind == "push" or kind == "fwd":
-            _, w, ts, clock, pieces = msg
+            _, w, ts, clock, pieces, epoch = msg
             with comm.compute("apply"):    # faults fire here: a server dies between two pushes
-                apply(w, ts, clock, pieces)
+                apply(w, ts, clock, pieces, epoch, from_worker=kind == "push")
         elif kind == "pull":
-            _, w, ts, t, pieces = msg
+            _, w, ts, t, pieces, epoch = msg
             deferred.append((w, ts, t, pieces, time.perf_counter()))
         elif kind == "clock":
             clocks[msg[1]] = max(clocks[msg[1]], msg[2])
+            join.on_clock(clocks)
             ticks += 1
             if aggregating and ticks % (cfg.aggregate_every or W) == 0:
                 flush_agg()
@@ -371,43 +373,38 @@ def serve(comm, cfg: PSConfig) -> dict:
         elif kind == "agg":
             with comm.compute("apply"):
                 apply_agg(msg[1])
-            if J >= 0:
-                maybe_join()
         elif kind == "done":
             done[msg[1]] = True
             clocks[msg[1]] = INF
             if aggregating:
                 flush_agg()
-            if J >= 0:
-                maybe_join()
-                handoff_check()
-        elif kind == "join_req":           # donor, phase 1: pre-copy my part of the joiner's keys
-            keys = np.flatnonzero(moving & (ring.lookup(every) == me))
-            flush()
-            handing = True
-            send(("precopy", me, keys, store[keys].copy()), J)
-            join["precopy_keys"] += len(keys)
-            handoff_check()
-        elif kind == "precopy":            # joiner: take the snapshot; tell workers once all arrived
-            store[msg[2]] = msg[3]
-            join["precopy_keys"] += len(msg[2])
-            pre.add(msg[1])
-            if len(pre) == len(donors):
-                for w in range(W):
-                    if not done[w]:
-                        send(("switch",), S + w)
+            join.check_handoff()
+        # a server joins (:mod:`.join`); each step is a labelled compute phase, so a test can fail it
+        elif kind == "join_req":
+            with comm.compute("join_req"):
+                join.on_join_req(msg[1])
+        elif kind == "precopy":
+            with comm.compute("precopy"):
+                join.on_precopy(*msg[1:])
         elif kind == "delta":
-            store[msg[1]] += msg[2]
+            join.on_delta(*msg[1:])
+        elif kind == "back":
+            update(msg[1], msg[2])
         elif kind == "switched":
-            switched.add(msg[1])
-            handoff_check()
+            with comm.compute("switched"):
+                join.on_switched(msg[1])
         elif kind == "handoff_done":
-            handed.add(msg[1])
+            join.handed.add(msg[1])
+        elif kind == "join_abort":
+            join.on_abort()
+        elif kind == "bye":
+            join.byes.add(msg[1])
         try_reads()
     flush()
+    join.bye()
     return {"rank": me, "store": store, "reads": reads, "clocks": clocks, "n_push": n_push, "n_dup": n_dup,
             "n_fwd": n_fwd, "vclock_segments": len(vclock), "vclock": vclock.segments,
-            "dead_seen": sorted(dead), "join": join}
+            "dead_seen": sorted(dead), "join": join.stats}
 
 
 # ---------------------------------------------------------------------------- worker
@@ -417,6 +414,7 @@ class _Request:
     keys: np.ndarray
     pieces: list                     # [(pid, arc, keys, values)]
     todo: set                        # pids not answered yet
+    epoch: int                       # the ring its arcs refer to
     answers: dict = field(default_factory=dict)
     values: np.ndarray = None
 
@@ -427,7 +425,9 @@ class KVWorker:
     def __init__(self, comm, cfg: PSConfig):
         self.comm, self.cfg = comm, cfg
         self.w = comm.rank - cfg.n_servers
-        self.ring = cfg.ring()
+        self.rings = cfg.rings()
+        self.epoch = 0               # 1 once a joining server has told us to use the new ring
+        self.join_aborted = False
         self.clock = 0
         self.dead: set = set()
         self.pending: dict = {}
@@ -438,23 +438,24 @@ class KVWorker:
         self.log: list = []          # every push (keys, values): the update sequence, for replay
 
     # -- helpers
-    def _head(self, arc):
-        chain = self.ring.chain(arc, self.cfg.replicas, self.dead)
+    def _head(self, arc, epoch):
+        chain = self.rings[epoch].chain(arc, self.cfg.replicas, self.dead)
         if not chain:
-            raise RuntimeError(f"every replica of key range {arc} is dead")
+            raise RuntimeError(f"worker {self.w}: every replica of key range {arc} is dead "
+                               f"(replicas={self.cfg.replicas}, dead servers {sorted(self.dead)})")
         return chain[0]
 
-    def _send_pieces(self, kind, ts, pieces):
+    def _send_pieces(self, kind, ts, pieces, epoch):
         by_server = {}
         for p in pieces:
-            by_server.setdefault(self._head(p[1]), []).append(p)
+            by_server.setdefault(self._head(p[1], epoch), []).append(p)
         for s, ps in by_server.items():
             if self.cfg.key_cache:
                 ps = [self._cached(s, p) for p in ps]
             if self.cfg.compress:
                 ps = [(pid, arc, keys, pack(v, True)) for pid, arc, keys, v in ps]
             try:
-                self.comm.send((kind, self.w, ts, self.clock, ps), s)
+                self.comm.send((kind, self.w, ts, self.clock, ps, epoch), s)
             except PeerLost:
                 self._lost(s)            # re-sends everything unanswered, these pieces included
                 return
@@ -477,18 +478,25 @@ class KVWorker:
             again = [p for p in req.pieces if p[0] in req.todo]
             if again:
                 self.resent += len(again)
-                self._send_pieces(req.kind, ts, again)
+                self._send_pieces(req.kind, ts, again, req.epoch)
 
     def _request(self, kind, keys, values=None):
         keys, values = check_request(keys, values, self.cfg.n_keys, self.cfg.val_len)
-        pieces = [(i, *p) for i, p in enumerate(slice_request(self.ring.points, keys, values, self.cfg.val_len))]
+        ring = self.rings[self.epoch]
+        pieces = [(i, *p) for i, p in enumerate(slice_request(ring.points, keys, values, self.cfg.val_len))]
         ts = self.next_ts
         self.next_ts += 1
-        self.pending[ts] = _Request(kind, keys, pieces, {p[0] for p in pieces})
+        self.pending[ts] = _Request(kind, keys, pieces, {p[0] for p in pieces}, self.epoch)
         if kind == "push":
             self.log.append((keys, values))
-        self._send_pieces(kind, ts, pieces)
+        self._send_pieces(kind, ts, pieces, self.epoch)
         return ts
+
+    @property
+    def join_settled(self) -> bool:
+        """No join, or it ended: we switched to the new ring, or it was abandoned, or the joiner died."""
+        J = self.cfg.joiner
+        return J < 0 or self.epoch == 1 or self.join_aborted or J in self.dead
 
     # -- API
     def push(self, keys, values) -> int:
@@ -501,37 +509,46 @@ class KVWorker:
         """Block until request ``ts`` is complete; a pull returns its values in key order."""
         start = time.perf_counter()
         while ts in self.pending and self.pending[ts].todo:
-            try:
-                src, msg = self.comm.recv_any()
-            except PeerLost as exc:
-                if exc.rank < 0 or exc.rank == self.cfg.scheduler_rank:
-                    raise RuntimeError(f"worker {self.w}: lost rank {exc.rank} while waiting for request {ts}") from exc
-                if exc.rank < self.cfg.n_servers:  # another worker's death is not our business
-                    self._lost(exc.rank)
-                continue
-            if msg[0] == "switch":            # a server joined: use the new ring from now on
-                self.ring = self.cfg.final_ring()
-                for s in range(self.cfg.n_servers):
-                    if s != self.cfg.joiner and s not in self.dead:
-                        self.comm.send(("switched", self.w), s)
-                continue
-            kind, rts = msg[0], msg[1]
-            req = self.pending.get(rts)
-            if req is None:
-                continue                   # a late duplicate answer
-            if kind == "ack":
-                req.todo -= set(msg[2])
-            elif kind == "vals":
-                for pid, v in msg[2]:
-                    if pid in req.todo:
-                        req.answers[pid] = unpack(v)
-                        req.todo.discard(pid)
+            self._handle_one(ts)
         self.wait_time += time.perf_counter() - start
         req = self.pending.pop(ts, None)
         if req is None or req.kind == "push":
             return None
         parts = [req.answers[p[0]] for p in req.pieces]
         return np.concatenate(parts) if parts else np.zeros(0)
+
+    def _handle_one(self, ts=None):
+        try:
+            src, msg = self.comm.recv_any()
+        except PeerLost as exc:
+            if exc.rank < 0 or exc.rank == self.cfg.scheduler_rank:
+                raise RuntimeError(f"worker {self.w}: lost rank {exc.rank} while waiting for request {ts}") from exc
+            if exc.rank < self.cfg.n_servers:  # another worker's death is not our business
+                self._lost(exc.rank)
+            return
+        if msg[0] == "switch":            # a server joined: slice new requests with the new ring
+            self.epoch = 1
+            for s in range(self.cfg.n_servers):
+                if s != self.cfg.joiner and s not in self.dead:
+                    try:
+                        self.comm.send(("switched", self.w), s)
+                    except PeerLost:
+                        self._lost(s)
+            return
+        if msg[0] == "join_abort":
+            self.join_aborted = True
+            return
+        kind, rts = msg[0], msg[1]
+        req = self.pending.get(rts)
+        if req is None:
+            return                         # a late duplicate answer
+        if kind == "ack":
+            req.todo -= set(msg[2])
+        elif kind == "vals":
+            for pid, v in msg[2]:
+                if pid in req.todo:
+                    req.answers[pid] = unpack(v)
+                    req.todo.discard(pid)
 
     def wait_all(self):
         if self.cfg.replicate == "aggregate" and self.pending:
@@ -584,12 +601,14 @@ def ps_node(comm, cfg: PSConfig, worker_fn, *args):
         kv.finish()
         raise
     return {"result": out, "wait_time": kv.wait_time, "log": kv.log, "resent": kv.resent,
-            "dead_seen": sorted(kv.dead)}
+            "dead_seen": sorted(kv.dead), "epoch": kv.epoch}
 
 
 def gather_store(results, cfg: PSConfig):
-    """Final parameters: each key from the first surviving server of its chain."""
-    ring = cfg.final_ring()
+    """Final parameters: each key from the first surviving server of its chain, in the ring the
+    workers ended with (the new one if a joining server switched any of them)."""
+    workers = [r for r in results[cfg.n_servers:cfg.n_servers + cfg.n_workers] if r is not None]
+    ring = cfg.final_ring() if any(r.get("epoch", 0) for r in workers) else cfg.ring()
     dead = {r for r in range(cfg.n_servers) if results[r] is None}
     out = np.zeros((cfg.n_keys, cfg.val_len))
     arcs = ring.arcs(np.arange(cfg.n_keys))

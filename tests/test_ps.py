@@ -410,6 +410,23 @@ def test_the_joiner_judges_a_delta_by_the_snapshot_of_the_keys_it_touches():
     assert np.array_equal(J.store[A].ravel(), [6.0] * 3) and np.array_equal(J.store[B].ravel(), [1.0] * 3)
 
 
+def test_a_join_with_a_range_already_lost_is_abandoned_and_everyone_hears_it():
+    from types import SimpleNamespace
+
+    from course_lib.ps.join import JoinSide
+    cfg = _join_cfg(3, replicas=0)
+    sent = []
+    J = SimpleNamespace(me=cfg.joiner, store=np.zeros((cfg.n_keys, 1)), dead={_donors(cfg)[0]},
+                        done=np.zeros(2, bool), applied=set(), send=lambda obj, dest: sent.append((obj, dest)))
+    side = JoinSide(J, cfg, cfg.rings())
+    side.on_clock(np.array([cfg.join_at - 1.0, 0.0]))
+    assert not side.stats["requested"] and not sent                  # not yet
+    side.on_clock(np.array([cfg.join_at, 0.0]))
+    assert side.stats["aborted"] and not side.stats["switched"]
+    live = sorted(set(range(cfg.size)) - J.dead - {cfg.joiner})
+    assert sorted(dest for obj, dest in sent if obj == ("join_abort",)) == live
+
+
 @pytest.mark.parametrize("replicas", [0, 1])
 def test_a_snapshot_in_small_chunks_interleaved_with_training_loses_nothing(replicas):
     cfg = _join_cfg(3, replicas, precopy_chunk=32)

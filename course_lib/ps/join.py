@@ -105,7 +105,7 @@ class JoinSide:
         keys = np.flatnonzero(self.moving)
         heads = self._old_heads(keys)
         if np.any(heads < 0):               # a range with every copy dead: nothing to take over
-            self.stats["aborted"] = True
+            self._abandon()
             return
         for r in self.others:
             if r not in self.s.dead:
@@ -223,14 +223,18 @@ class JoinSide:
             self.s.send(("handoff_done", self.s.me), self.J)
 
     def on_peer_died(self, p) -> None:
-        if self.active and self.is_joiner and p < self.cfg.n_servers and not self.stats["switched"]:
-            if self.stats["requested"] and not self.stats["aborted"]:
-                self.stats["aborted"] = True       # R0 and its replicas carry on without us
-                for r in self.others + [self.cfg.n_servers + w for w in range(self.cfg.n_workers)]:
-                    if r not in self.s.dead:
-                        self.s.send(("join_abort",), r)
-            self.owed.clear()
-            self.held.clear()
+        if (self.active and self.is_joiner and p < self.cfg.n_servers and self.stats["requested"]
+                and not self.stats["switched"] and not self.stats["aborted"]):
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """The joiner gives up before the switch: R0 and its replicas carry on without it."""
+        self.stats["aborted"] = True
+        self.owed.clear()
+        self.held.clear()
+        for r in self.others + [self.cfg.n_servers + w for w in range(self.cfg.n_workers)]:
+            if r not in self.s.dead:
+                self.s.send(("join_abort",), r)
 
     def on_abort(self) -> None:
         self.started = False                       # no more deltas, no snapshot, no hand-off report

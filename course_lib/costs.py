@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .collectives._p2p import chunk_sizes, fold_roles
+from .measure import pingpong
 
 __all__ = ["CostModel", "traffic", "rounds", "predict", "measure", "lg", "FORMULAS"]
 
@@ -340,27 +341,6 @@ def traffic(collective: str, algorithm: str, p: int, n: int, itemsize: int = 1, 
 
 
 # -- measuring alpha, beta, gamma -----------------------------------------------------------
-def _pingpong(comm, sizes, repeats):
-    out = []
-    if comm.rank > 1:
-        return out
-    peer = 1 - comm.rank
-    for n in sizes:
-        buf = np.zeros(n, dtype=np.uint8)
-        best = math.inf
-        for _ in range(repeats + 1):
-            if comm.rank == 0:
-                t0 = time.perf_counter()
-                comm.send(buf, peer)
-                buf = comm.recv(source=peer)
-                best = min(best, (time.perf_counter() - t0) / 2)
-            else:
-                buf = comm.recv(source=peer)
-                comm.send(buf, peer)
-        out.append(best)
-    return out
-
-
 def _gamma(n=1 << 20, repeats=5, dtype=np.float64):
     a = np.ones(n // np.dtype(dtype).itemsize, dtype)
     b = np.ones_like(a)
@@ -375,8 +355,6 @@ def _gamma(n=1 << 20, repeats=5, dtype=np.float64):
 def measure(cluster, sizes=(0, 1 << 10, 1 << 14, 1 << 17, 1 << 20), repeats: int = 5, **run_kwargs) -> CostModel:
     """alpha and beta from a ping-pong between ranks 0 and 1 (least squares over sizes,
     best of ``repeats`` one-way times), gamma from timing ``np.add`` on 1 MiB."""
-    res = cluster.run(_pingpong, list(sizes), repeats, **run_kwargs)
-    x = np.asarray(sizes, float)
-    y = np.asarray(res[0], float)
-    slope, intercept = np.polyfit(x, y, 1)
+    m = pingpong(cluster, sizes, repeats, **run_kwargs)
+    slope, intercept = np.polyfit(m["bytes"], m["seconds"], 1)
     return CostModel(alpha=max(float(intercept), 0.0), beta=max(float(slope), 1e-15), gamma=_gamma())

@@ -34,7 +34,10 @@ def _pingpong(comm, sizes, repeats):
 
 
 def pingpong(cluster, sizes=DEFAULT_SIZES, repeats: int = 5, network=None) -> dict:
-    """One-way message time (best of ``repeats``) for each size in bytes, ranks 0 and 1."""
+    """One-way message time (best of ``repeats``) for each size in bytes, ranks 0 and 1.
+
+    Returns ``{"bytes", "seconds", "stats"}``; lesson 00 fits latency and bandwidth to it,
+    :func:`course_lib.costs.measure` the alpha and beta of the collectives' cost model."""
     sizes = [int(s) for s in sizes]
     if cluster.n_workers < 2:
         raise ValueError("a ping-pong needs a cluster of at least 2 workers")

@@ -1,4 +1,6 @@
 """Lesson 05: the parameter server internals (course_lib.ps), against single-process baselines."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -6,7 +8,7 @@ from course_lib import Cluster, Fault
 from course_lib.ps import (INF, BadRequest, HashRing, PSConfig, RangeClock, check_request, gather_store,
                            keys_moved, kkt_filter, logloss, make_ctr, merge_clocks, modulo_owner, ps_node,
                            replay, ring_lookup, significantly_modified, slice_request, train)
-from course_lib.ps.join import moving_keys
+from course_lib.ps.join import JoinSide, moving_keys
 
 
 # ---------------------------------------------------------------- ring and key ranges
@@ -361,18 +363,21 @@ def test_a_server_joins_in_two_phases_and_then_serves(n_servers, replicas):
     assert res[J]["reads"]                                          # and, after the hand-off, its reads
 
 
+def _joiner_alone(cfg, dead=()):
+    """The joiner's side of a join in this process: its messages are recorded in ``J.sent``."""
+    J = SimpleNamespace(me=cfg.joiner, store=np.zeros((cfg.n_keys, 1)), dead=set(dead), done=np.zeros(2, bool),
+                        applied=set(), sent=[])
+    J.send = lambda obj, dest: J.sent.append((obj, dest)) or True
+    J.write = lambda k, v, clock: np.add.at(J.store, k, v)
+    return J, JoinSide(J, cfg, cfg.rings())
+
+
 def test_the_joiner_counts_each_update_once_across_snapshot_chunks_and_deltas():
     """Single process, fixed order: a donor streams two chunks while updates keep coming."""
-    from types import SimpleNamespace
-
-    from course_lib.ps.join import JoinSide
     cfg = _join_cfg(3, replicas=0)
     keys = np.flatnonzero(moving_keys(cfg))[:4]
     a, c = keys[:2], keys[2:]
-    J = SimpleNamespace(me=cfg.joiner, store=np.zeros((cfg.n_keys, 1)), dead=set(), done=np.zeros(2, bool),
-                        applied=set(), send=lambda obj, dest: True, write=None)
-    J.write = lambda k, v, clock: np.add.at(J.store, k, v)
-    side = JoinSide(J, cfg, cfg.rings())
+    J, side = _joiner_alone(cfg)
     side.owed = {0}
     u = {i: ((0, i, 0), np.full((4, 1), 10.0 ** (i - 1))) for i in (1, 2, 3, 4)}   # u1 = 1, u2 = 10, ...
     # u1 came before the join began (no delta); u2 after it, before chunk 1; u3 between the chunks; u4 after
@@ -390,16 +395,10 @@ def test_the_joiner_counts_each_update_once_across_snapshot_chunks_and_deltas():
 def test_the_joiner_judges_a_delta_by_the_snapshot_of_the_keys_it_touches():
     """A tag in one donor's snapshot says nothing about another donor's keys; and an update that a
     new head passes on after the old one died is not added to keys whose snapshot already had it."""
-    from types import SimpleNamespace
-
-    from course_lib.ps.join import JoinSide
     cfg = _join_cfg(3, replicas=1)
     keys = np.flatnonzero(moving_keys(cfg))
     A, B = keys[:3], keys[-3:]
-    J = SimpleNamespace(me=cfg.joiner, store=np.zeros((cfg.n_keys, 1)), dead=set(), done=np.zeros(2, bool),
-                        applied=set(), send=lambda obj, dest: True, write=None)
-    J.write = lambda k, v, clock: np.add.at(J.store, k, v)
-    side = JoinSide(J, cfg, cfg.rings())
+    J, side = _joiner_alone(cfg)
     side.owed = {0, 1}
     u5, u6 = (1, 5, 0), (1, 6, 0)
     side.on_precopy(0, A, np.full((3, 1), 6.0), {u5, u6}, True)       # donor 0 had applied u5 (1) and u6 (5)
@@ -411,14 +410,9 @@ def test_the_joiner_judges_a_delta_by_the_snapshot_of_the_keys_it_touches():
 
 
 def test_a_join_with_a_range_already_lost_is_abandoned_and_everyone_hears_it():
-    from types import SimpleNamespace
-
-    from course_lib.ps.join import JoinSide
     cfg = _join_cfg(3, replicas=0)
-    sent = []
-    J = SimpleNamespace(me=cfg.joiner, store=np.zeros((cfg.n_keys, 1)), dead={_donors(cfg)[0]},
-                        done=np.zeros(2, bool), applied=set(), send=lambda obj, dest: sent.append((obj, dest)))
-    side = JoinSide(J, cfg, cfg.rings())
+    J, side = _joiner_alone(cfg, dead={_donors(cfg)[0]})
+    sent = J.sent
     side.on_clock(np.array([cfg.join_at - 1.0, 0.0]))
     assert not side.stats["requested"] and not sent                  # not yet
     side.on_clock(np.array([cfg.join_at, 0.0]))
@@ -444,13 +438,17 @@ def _donors(cfg):
     return sorted(set(cfg.ring().lookup(np.flatnonzero(moving_keys(cfg))).tolist()))
 
 
+def _join_with_a_kill(cfg, rank, fault):
+    """A join run in which ``rank`` is killed by ``fault``; the others carry on."""
+    with Cluster(cfg.size, timeout=60, on_failure="continue") as c:
+        res = c.run(ps_node, cfg, pushes_through_join, JOIN_ROUNDS, cfg.n_keys, 1, faults={rank: fault})
+    assert list(res.failures) == [rank]
+    return res
+
+
 def test_a_donor_dying_before_its_snapshot_abandons_the_join_and_loses_nothing():
     cfg = _join_cfg(3, replicas=1)
-    donor = _donors(cfg)[0]
-    with Cluster(cfg.size, timeout=60, on_failure="continue") as c:
-        res = c.run(ps_node, cfg, pushes_through_join, JOIN_ROUNDS, cfg.n_keys, 1,
-                    faults={donor: Fault("kill", 0, label="join_req")})
-    assert list(res.failures) == [donor]
+    res = _join_with_a_kill(cfg, _donors(cfg)[0], Fault("kill", 0, label="join_req"))
     j = res[cfg.joiner]["join"]
     assert j["requested"] and j["aborted"] and not j["switched"]
     assert all(r["epoch"] == 0 for r in res[cfg.n_servers:])       # nobody moved: the old ring carries on
@@ -461,9 +459,7 @@ def test_a_donor_dying_before_its_snapshot_abandons_the_join_and_loses_nothing()
 def test_the_joiner_dying_loses_no_update(when):
     cfg = _join_cfg(3, replicas=1)
     fault = Fault("kill", 0, label="precopy") if when == "first snapshot" else Fault("kill", 5, label="apply")
-    with Cluster(cfg.size, timeout=60, on_failure="continue") as c:
-        res = c.run(ps_node, cfg, pushes_through_join, JOIN_ROUNDS, cfg.n_keys, 1, faults={cfg.joiner: fault})
-    assert list(res.failures) == [cfg.joiner]
+    res = _join_with_a_kill(cfg, cfg.joiner, fault)
     epochs = [r["epoch"] for r in res[cfg.n_servers:]]
     assert epochs == ([0, 0] if when == "first snapshot" else [1, 1])
     w = _assert_no_update_lost(cfg, res)
@@ -476,11 +472,7 @@ def test_a_donor_dying_during_the_hand_off_loses_no_update():
     """Killed when the first worker tells it that it switched: the other worker may still be
     sending it old-ring requests, which it must re-send to the next copy."""
     cfg = _join_cfg(3, replicas=1)
-    donor = _donors(cfg)[0]
-    with Cluster(cfg.size, timeout=60, on_failure="continue") as c:
-        res = c.run(ps_node, cfg, pushes_through_join, JOIN_ROUNDS, cfg.n_keys, 1,
-                    faults={donor: Fault("kill", 0, label="switched")})
-    assert list(res.failures) == [donor]
+    res = _join_with_a_kill(cfg, _donors(cfg)[0], Fault("kill", 0, label="switched"))
     assert res[cfg.joiner]["join"]["switched"]
     _assert_no_update_lost(cfg, res)
 

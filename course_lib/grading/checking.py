@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from .registry import Question, get_question, load_lesson
+from .student import LocalCode, NotPlainData, StudentCode, StudentError
 
 #: Set in the grading subprocess: the notebook's own ``check()`` calls become no-ops there.
 GRADING_ENV = "COURSE_GRADING"
@@ -91,53 +92,49 @@ def time_limit(seconds: Optional[float]):
         signal.signal(signal.SIGALRM, old)
 
 
-def _remote_text(exc: BaseException) -> str:
-    """The text of an exception, including a worker's remote traceback when there is one."""
-    parts = []
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        parts.append(f"{type(exc).__name__}: {exc}")
-        rt = getattr(exc, "remote_traceback", None)
-        if rt:
-            parts.append(str(rt))
-        exc = exc.__cause__ or exc.__context__
-    return "\n".join(parts)
+def _classify(q: Question, exc: BaseException, timeout: Optional[float]):
+    """(status, message) for an exception raised while checking question ``q``.
 
-
-def _classify(q: Question, exc: BaseException, tb: str, timeout: Optional[float]):
-    """(status, message) for an exception raised while checking question ``q``."""
-    text = _remote_text(exc)
-    if isinstance(exc, QuestionTimeout):
+    The message is for the student: one sentence, no exception text from the grader's side
+    (a check's own error could reveal what the hidden checks test).
+    """
+    if isinstance(exc, QuestionTimeout) or (isinstance(exc, StudentError) and "QuestionTimeout" in exc.kinds):
         return "timeout", (f"Timed out: the checks did not finish within {timeout:g} s. "
                            "Look for an infinite loop, or a recv() that no send() ever matches.")
-    if isinstance(exc, NotImplementedError) or "NotImplementedError" in text:
-        return "not_implemented", ("Not implemented yet: replace the `raise NotImplementedError(...)` "
-                                   "line with your code, run that cell, then check again.")
-    if type(exc).__name__ == "WorkerTimeout":
-        return "timeout", (f"Your worker function did not return in time ({exc}). "
-                           "Deadlock? Every recv() needs a matching send().")
     if isinstance(exc, AssertionError):
-        msg = str(exc).strip() or "a check failed (no hint given)"
-        return "failed", msg
-    if isinstance(exc, SystemExit):
-        return "error", f"Your code called sys.exit({exc.code!r}); return a value instead."
-    if isinstance(exc, KeyboardInterrupt):
+        return "failed", str(exc).strip() or "a check failed"
+    if isinstance(exc, NotPlainData):
+        return "failed", (f"{exc}. Return numbers, strings, numpy arrays, or lists, tuples and dicts "
+                          "of them, as the question asks.")
+    if isinstance(exc, StudentError):
+        kinds = exc.kinds
+        if "NotImplementedError" in kinds:
+            return "not_implemented", ("Not implemented yet: replace the `raise NotImplementedError(...)` "
+                                       "line with your code, run that cell, then check again.")
+        if "WorkerTimeout" in kinds:
+            return "timeout", ("A worker did not return in time: a deadlock? Every recv() needs a matching "
+                               "send(), in the same order on both sides.")
+        if "MemoryError" in kinds:
+            return "error", f"`{exc.name}` ran out of memory."
+        if "SystemExit" in kinds:
+            return "error", f"`{exc.name}` called sys.exit(); return a value instead."
+        text = exc.message.strip().splitlines()[0][:300] if exc.message.strip() else ""
+        return "error", f"`{exc.name}` raised {exc.type_name}" + (f": {text}" if text else "") + "."
+    if isinstance(exc, (SystemExit, KeyboardInterrupt)):
         return "error", "Interrupted."
-    if isinstance(exc, MemoryError):
-        return "error", "Your code ran out of memory (MemoryError)."
-    where = ""
-    if getattr(exc, "remote_traceback", None):
-        last = [l for l in str(exc.remote_traceback).strip().splitlines() if l.strip()]
-        where = f" In a worker: {last[-1].strip()}" if last else ""
-    return "error", f"Your code raised {type(exc).__name__}: {exc}.{where}".replace("..", ".")
+    return "failed", (f"The check could not read your answer ({type(exc).__name__} while checking it): "
+                      f"it does not have the form the question asks for. {q.title}: see the statement.")
 
 
-def run_question(q: Question | str, ns: dict, hidden: bool = False,
+def run_question(q: Question | str, ns, hidden: bool = False,
                  timeout: Optional[float] = None) -> QuestionResult:
-    """Run the checks of ``q`` against namespace ``ns``; never raises (except on Ctrl-C)."""
+    """Run the checks of ``q`` against the student's code ``ns``; never raises (except on Ctrl-C).
+
+    ``ns`` is a :class:`~course_lib.grading.student.StudentCode` or a plain namespace dict.
+    """
     if isinstance(q, str):
         q = get_question(q)
+    code = ns if isinstance(ns, StudentCode) else LocalCode(ns)
     t0 = time.perf_counter()
     checks = list(q.visible) + (list(q.hidden) if hidden else [])
 
@@ -146,19 +143,19 @@ def run_question(q: Question | str, ns: dict, hidden: bool = False,
         return QuestionResult(q.qid, q.title, pts, q.points, status, message, tb,
                               round(time.perf_counter() - t0, 3))
 
-    missing = [n for n in q.names if n not in ns]
+    missing = [n for n in q.names if n not in code]
     if missing:
         names = ", ".join(f"`{n}`" for n in missing)
         return result("missing", f"{names} not defined: run (or restore) the cell that defines it.")
     try:
         with time_limit(timeout):
             for fn in checks:
-                fn(ns)
+                fn(code)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - student code can raise anything
-        tb = traceback.format_exc()
-        status, msg = _classify(q, exc, tb, timeout)
+        status, msg = _classify(q, exc, timeout)
+        tb = exc.traceback if isinstance(exc, StudentError) else ""
         return result(status, msg, tb)
     n = len(checks)
     return result("passed", f"All {n} check{'s' if n != 1 else ''} passed.")
@@ -178,6 +175,13 @@ def check(qid: str, ns: Optional[dict] = None) -> None:
         ns = frame.f_globals
     q = get_question(qid)
     res = run_question(q, ns, hidden=False, timeout=q.timeout)
-    print(res.pretty())
+    if res.passed:
+        # Not "full marks": the grader's hidden checks have not run yet.
+        n = len(q.visible)
+        print(f"\u2705 {q.qid} ({q.title}): the {n} visible check{'s' if n != 1 else ''} passed. When grading, "
+              f"hidden checks also try other inputs; the {_fmt(q.points)} point{'s' if q.points != 1 else ''} "
+              "count only if those pass too.")
+    else:
+        print(res.pretty())
     sys.stdout.flush()
     return None

@@ -32,7 +32,7 @@ class Question:
     points: float
     title: str
     names: Sequence[str] = ()          # notebook names the checks need (functions, variables)
-    timeout: float = 60.0              # seconds allowed to all its checks when grading
+    timeout: float = 20.0              # seconds allowed to all its checks when grading (at most 20)
     visible: List[Callable] = field(default_factory=list)
     hidden: List[Callable] = field(default_factory=list)
 
@@ -64,7 +64,7 @@ def qid_key(qid: str):
     return (int(m.group(1)), int(m.group(2))) if m else (10**6, 0)
 
 
-def question(qid: str, points: float = 1, title: str = "", names: Sequence[str] = (), timeout: float = 60.0):
+def question(qid: str, points: float = 1, title: str = "", names: Sequence[str] = (), timeout: float = 20.0):
     """Decorator registering a visible check as question ``qid``.
 
     Several functions may be decorated with the same ``qid``: they all become visible checks

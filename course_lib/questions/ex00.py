@@ -7,6 +7,7 @@ ex00_3  ring_pass(comm, token)              pass a token once around a ring with
 import numpy as np
 
 from course_lib.grading import question
+from course_lib.grading.student import harness
 
 CHECK_TIMEOUT = 30.0  # seconds a check's cluster run may take
 
@@ -18,8 +19,9 @@ def block(n, rank, size):
     return rank * n // size, (rank + 1) * n // size
 
 
+@harness
 def run_sum_shard(fn, values, n_workers):
-    """Run the student's ``fn`` on a cluster; return the per-rank results."""
+    """Run the student's ``fn`` on a cluster; return the per-rank results (on the student's side)."""
     from course_lib import Cluster
 
     with Cluster(n_workers, timeout=CHECK_TIMEOUT) as cluster:
@@ -79,23 +81,25 @@ def ex00_2(ns):
     assert_fit(fn, sizes, ping_pong_table(50e-6, 5e8, sizes, noise=0.01, seed=1), 50e-6, 5e8, rtol=0.05)
 
 
+@harness
 def run_ring(fn, n_workers, token):
+    """Run the student's ``fn`` on a ring; return (per-rank results, messages[src, dst])."""
     import networkx as nx
 
     from course_lib import Cluster
 
     with Cluster(n_workers, graph=nx.cycle_graph(n_workers), timeout=CHECK_TIMEOUT) as cluster:
-        return cluster.run(fn, token)
+        res = cluster.run(fn, token)
+        return list(res), np.asarray(res.stats.messages)
 
 
 def assert_ring(fn, n_workers, token):
-    res = run_ring(fn, n_workers, token)
+    res, m = run_ring(fn, n_workers, token)
     want = [token] + list(range(1, n_workers))
     assert res[0] == want, (f"on a ring of {n_workers}, rank 0 should get back {want!r}, got {res[0]!r}. "
                             "Rank r receives from (r-1) % size and sends to (r+1) % size.")
     others = [r for r in range(1, n_workers) if res[r] is not None]
     assert not others, f"ranks other than 0 should return None; ranks {others} did not"
-    m = np.asarray(res.stats.messages)
     for r in range(n_workers):
         nxt = (r + 1) % n_workers
         assert m[r, nxt] == 1, f"rank {r} should send exactly one message to rank {nxt}, sent {int(m[r, nxt])}"

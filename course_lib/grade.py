@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import re
+import shutil
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, List, Optional, Tuple
 
 from .grading.registry import DEFAULT_HIDDEN_DIR, load_lesson
 from .grading.report import write_feedback, write_gradescope, write_scores
-from .grading.sandbox import Limits, grade_notebook, start_zygote
+from .grading.sandbox import Limits, grade_notebook, sandbox_status
 
 _QID_IN_TEXT = re.compile(r"\bex(\d{2})_\d+\b")
 
@@ -71,60 +74,120 @@ def detect_lesson(path: Path, forced: Optional[str] = None) -> Optional[str]:
     return None
 
 
-def grade_one(sid: str, path: Path, limits: Limits, hidden_dir=None, seed: int = 0, lesson: Optional[str] = None,
-              start_method: Optional[str] = None, zygote=None) -> dict:
-    """Grade one notebook; return its feedback row (never raises on student errors)."""
-    row = {"submission": sid, "notebook": str(path), "lesson": None, "score": 0, "max_score": 0,
-           "questions": [], "notes": [], "elapsed": 0.0, "output_tail": ""}
-    lesson = detect_lesson(path, lesson)
-    if lesson is None:
-        row["notes"].append("Cannot tell which lesson this notebook answers: name it NN_name.ipynb "
-                            "or keep the metadata of the exercise notebook.")
-        return row
-    row["lesson"] = lesson
+def grading_library(dest: Path) -> Path:
+    """Build, in ``dest``, the ``course_lib`` the sandbox imports: the student release's.
+
+    Graded code must see the library students have, not the instructor's (which holds the
+    reference answers), or calling a library function would score where it fails at home.
+    """
+    dest = Path(dest)
     try:
-        questions = load_lesson(lesson, hidden_dir=hidden_dir, with_hidden=True)
-    except LookupError as e:
-        row["notes"].append(str(e))
+        from .release import build_library
+    except ImportError:  # pragma: no cover - the release builder is part of the course
+        build_library = None
+    if build_library is not None:
+        build_library(dest)
+    else:
+        shutil.copytree(Path(__file__).resolve().parent, dest / "course_lib",
+                        ignore=shutil.ignore_patterns("__pycache__", "reference"))
+    for p in [dest, *dest.rglob("*")]:  # the sandbox's user must be able to read it
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return dest
+
+
+def score_of(results: dict, questions) -> tuple:
+    """(score, max): each question's points capped by its own, the total by the notebook's maximum."""
+    top = {q.qid: float(q.points) for q in questions}
+    score = sum(min(max(float(r.points), 0.0), top[qid]) for qid, r in results.items() if qid in top)
+    maximum = sum(top.values())
+    return min(score, maximum), maximum
+
+
+def grade_one(sid: str, path: Path, questions: Optional[list], library: Path, limits: Limits, seed: int = 0,
+              lesson: Optional[str] = None, start_method: Optional[str] = None, note: str = "") -> dict:
+    """Grade one notebook; return its feedback row (never raises on student errors)."""
+    import nbformat
+
+    row = {"submission": sid, "notebook": str(path), "lesson": lesson, "score": 0, "max_score": 0,
+           "questions": [], "notes": [note] if note else [], "elapsed": 0.0, "output_tail": ""}
+    if questions is None:
         return row
-    g = grade_notebook(path, lesson, questions, limits, hidden_dir=hidden_dir, seed=seed, start_method=start_method,
-                       zygote=zygote)
-    row["questions"] = [r.to_dict() for r in g.results.values()]
-    row["score"] = sum(r.points for r in g.results.values())
     row["max_score"] = sum(q.points for q in questions)
-    row["notes"] = g.notes
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as e:  # noqa: BLE001 - a corrupt or truncated file still gets a row
+        row["notes"].append(f"The notebook could not be read ({type(e).__name__}); every question scores 0.")
+        row["questions"] = [{"qid": q.qid, "title": q.title, "points": 0, "max_points": q.points,
+                             "status": "crashed", "message": "Not graded: the notebook file could not be read.",
+                             "traceback": "", "elapsed": 0.0} for q in questions]
+        return row
+    g = grade_notebook(nb, questions, library, limits, seed=seed, start_method=start_method)
+    row["questions"] = [r.to_dict() for r in g.results.values()]
+    row["score"], row["max_score"] = score_of(g.results, questions)
+    for q in row["questions"]:
+        q["points"] = min(max(float(q["points"]), 0.0), float(q["max_points"]))
+    row["notes"] += g.notes
     row["elapsed"] = g.elapsed
     row["output_tail"] = g.output[-4000:]
     return row
 
 
-def grade_paths(paths, out, limits: Limits = Limits(), hidden_dir=None, seed: int = 0, jobs: int = 1,
+def grade_paths(paths, out, limits: Limits = Limits(), hidden_dir=None, seed: int = 0, jobs: Optional[int] = None,
                 lesson: Optional[str] = None, start_method: Optional[str] = None, quiet: bool = False) -> List[dict]:
-    """Grade every submission under ``paths``; write the reports in ``out``; return the rows."""
+    """Grade every submission under ``paths``, ``jobs`` at a time (default: one per core); write the
+    reports in ``out``; return the rows."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     subs = find_submissions(paths)
+    usable, why = sandbox_status()
+    if not usable:
+        print(f"grading without a sandbox: {why}. Student code then runs as this user, in its own "
+              "session with a memory limit, and could read or change files this user can (see README, "
+              "'Grading without a sandbox').", file=sys.stderr)
+    # Checks are loaded here, before any thread starts: the registry is not thread-safe.
+    plan = []
+    for sid, path in subs:
+        found = detect_lesson(path, lesson)
+        note, questions = "", None
+        if found is None:
+            note = ("Cannot tell which lesson this notebook answers: name it NN_name.ipynb "
+                    "or keep the metadata of the exercise notebook.")
+        else:
+            try:
+                questions = load_lesson(found, hidden_dir=hidden_dir, with_hidden=True)
+            except LookupError as e:
+                note = str(e)
+        plan.append((sid, path, found, questions, note))
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    with tempfile.TemporaryDirectory(prefix="course_grading_lib_") as tmp:
+        library = grading_library(Path(tmp)) if subs else Path(tmp)
+        bar = None
+        if not quiet and len(plan) > 1:
+            from tqdm.auto import tqdm
 
-    zygote = start_zygote(seed) if subs else None
+            bar = tqdm(total=len(plan), desc="grading", unit="notebook", file=sys.stderr)
 
-    def one(item):
-        sid, path = item
-        row = grade_one(sid, path, limits, hidden_dir, seed, lesson, start_method, zygote)
-        write_feedback(row, out)
-        write_gradescope(row, out)
-        if not quiet:
-            print(f"{sid}: {row['score']:g}/{row['max_score']:g}"
-                  + "".join(f"\n   {q['qid']} {q['points']:g}/{q['max_points']:g} {q['message'][:150]}"
-                            for q in row["questions"] if q["status"] != "passed")
-                  + "".join(f"\n   note: {n[:150]}" for n in row["notes"]), flush=True)
-        return row
+        def one(item):
+            sid, path, found, questions, note = item
+            row = grade_one(sid, path, questions, library, limits, seed, found, start_method, note)
+            write_feedback(row, out)
+            write_gradescope(row, out)
+            if bar is not None:
+                bar.update(1)
+            if not quiet:
+                text = (f"{sid}: {row['score']:g}/{row['max_score']:g}"
+                        + "".join(f"\n   {q['qid']} {q['points']:g}/{q['max_points']:g} {q['message'][:150]}"
+                                  for q in row["questions"] if q["status"] != "passed")
+                        + "".join(f"\n   note: {n[:150]}" for n in row["notes"]))
+                (bar.write(text) if bar is not None else print(text, flush=True))
+            return row
 
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-            rows = list(ex.map(one, subs))
-    finally:
-        if zygote is not None:
-            zygote.close()
+        try:
+            with ThreadPoolExecutor(max_workers=jobs) as ex:
+                rows = list(ex.map(one, plan))
+        finally:
+            if bar is not None:
+                bar.close()
     write_scores(rows, out)
     return rows
 
@@ -136,10 +199,11 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="grades", help="output folder (default: grades)")
     p.add_argument("--hidden", default=str(DEFAULT_HIDDEN_DIR),
                    help="folder of instructor checks exNN.py (default: tests/hidden)")
-    p.add_argument("--timeout", type=float, default=None, help="seconds per question (default: each question's own)")
-    p.add_argument("--cell-timeout", type=float, default=120.0, help="seconds per notebook cell (default 120)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds per question (default: each question's own, at most 20)")
+    p.add_argument("--cell-timeout", type=float, default=20.0, help="seconds per notebook cell (default 20)")
     p.add_argument("--memory-mb", type=int, default=2048, help="memory limit per process in MiB (0: none)")
-    p.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
+    p.add_argument("--jobs", type=int, default=None, help="submissions graded at once (default: one per core)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lesson", default=None, help="force the lesson number, e.g. 00")
     p.add_argument("--start-method", default=None, choices=["fork", "spawn", "forkserver"])

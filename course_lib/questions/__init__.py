@@ -60,11 +60,7 @@ def shown(x, limit: int = SHOWN_CHARS) -> str:
     elif isinstance(x, (float, np.floating)):
         text = num(x)
     elif isinstance(x, np.ndarray):
-        with np.printoptions(precision=4, threshold=12, edgeitems=3, linewidth=10_000):
-            body = np.array2string(x, separator=", ") if x.size else "[]"
-        text = f"array {body} (shape {tuple(x.shape)}, {x.dtype})"
-        if len(text) > limit:
-            text = f"{body}"[: max(limit - 30, 20)] + f"... (shape {tuple(x.shape)}, {x.dtype})"
+        text = _array_text(x, limit)
     elif isinstance(x, (list, tuple)):
         open_, close = ("[", "]") if isinstance(x, list) else ("(", ")")
         parts, n = [], 2
@@ -82,6 +78,25 @@ def shown(x, limit: int = SHOWN_CHARS) -> str:
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
+
+
+def _array_text(x: np.ndarray, limit: int) -> str:
+    if x.dtype.kind not in "biufc":
+        return f"array of {x.dtype} (shape {tuple(x.shape)})"
+    if x.ndim == 0:
+        return num(x[()])
+
+    def nested(a):
+        if a.ndim == 1:
+            return "[" + ", ".join(num(v, 5) for v in a) + "]"
+        return "[" + ", ".join(nested(r) for r in a) + "]"
+
+    text = nested(x) if x.size <= 24 else ""
+    if text and len(text) <= limit:
+        return text
+    flat = x.ravel()
+    head = ", ".join(num(v, 5) for v in flat[:4])
+    return f"[{head}, ...] (shape {tuple(x.shape)})"
 
 
 def is_number(x) -> bool:
@@ -150,13 +165,42 @@ def same(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
+def first_difference(before, after, path: str = ""):
+    """``(where, was, now)`` of the first place two plain values differ, or None."""
+    if isinstance(before, np.ndarray) and isinstance(after, np.ndarray) and before.shape == after.shape:
+        if before.dtype != after.dtype:
+            return path, f"of dtype {before.dtype}", f"of dtype {after.dtype}"
+        diff = np.argwhere(~((before == after) | (before != before) & (after != after)))
+        if not len(diff):
+            return None
+        k = tuple(int(i) for i in diff[0])
+        at = k[0] if len(k) == 1 else k
+        return f"{path}[{at}]", num(before[k]), num(after[k])
+    if isinstance(before, (list, tuple)) and isinstance(after, (list, tuple)) and len(before) == len(after) \
+            and type(before) is type(after):
+        for i, (b, a) in enumerate(zip(before, after)):
+            d = first_difference(b, a, f"{path}[{i}]")
+            if d:
+                return d
+        return None
+    if isinstance(before, dict) and isinstance(after, dict) and before.keys() == after.keys():
+        for k in before:
+            d = first_difference(before[k], after[k], f"{path}[{k!r}]")
+            if d:
+                return d
+        return None
+    return None if same(before, after) else (path, shown(before, 50), shown(after, 50))
+
+
 def assert_unchanged(fn_name: str, names, before, after) -> None:
     """Fail if an argument came back from the call changed: the function overwrote its input."""
     for name, b, a in zip(names, before, after):
-        if not same(b, a):
+        d = first_difference(b, a)
+        if d:
+            where, was, now = d
             raise AssertionError(
-                f"`{fn_name}` changed its argument `{name}` in place (it was {shown(b, 60)}, after the call "
-                f"{shown(a, 60)}): the caller still needs it, so work on a copy or on new arrays.")
+                f"`{fn_name}` changed its argument `{name}` in place ({name}{where} was {was}, after the call "
+                f"it is {now}): the caller still needs it, so compute on a copy or into new arrays.")
 
 
 def call_keeping_inputs(fn, args: tuple, names):

@@ -33,17 +33,19 @@ from course_lib.grading.sandbox import Limits
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS, EXERCISES = REPO / "solutions", REPO / "exercises"
 FIXTURES = REPO / "tests" / "fixtures"
-LIMITS = Limits(cell_timeout=120, timeout=None, memory_mb=2048, total_timeout=300)      # questions' own timeouts
+LIMITS = Limits()   # the defaults an instructor gets: cells 20 s, each question its own limit (<= 20 s)
 # For the misbehaving ones: short limits, longer where every Cluster start re-imports Python (spawn, forkserver).
 _FORK = __import__("course_lib").default_start_method() == "fork"
-TIGHT = Limits(cell_timeout=6 if _FORK else 20, timeout=10 if _FORK else 30, memory_mb=2048, total_timeout=240)
+TIGHT = Limits(cell_timeout=6 if _FORK else 20, timeout=10 if _FORK else 20, memory_mb=2048, total_timeout=240)
 BUDGET = 90 if _FORK else 200  # seconds a misbehaving submission may take to grade under TIGHT (attempts included)
+MARKER = "course-grading-test-marker-7f3a"   # in the command line of processes a fixture leaves behind
 
 # COURSE_TEST_LESSONS=00,01 limits this file to some lessons (default: every solution notebook).
 _ONLY = [s.strip() for s in os.environ.get("COURSE_TEST_LESSONS", "").split(",") if s.strip()]
 SOLUTION_NBS = [p for p in sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb")) if not _ONLY or p.name[:2] in _ONLY]
 WRONG = [p for p in sorted((FIXTURES / "wrong_answers").glob("ex[0-9][0-9]_*__*.py")) if not _ONLY or p.name[2:4] in _ONLY]
 MISBEHAVING = sorted((FIXTURES / "misbehaving").glob("*.py"))
+HOSTILE = sorted((FIXTURES / "hostile").glob("*.py"))
 LESSONS = [lesson_of_path(p) for p in SOLUTION_NBS]
 
 
@@ -52,24 +54,39 @@ def solution_of(lesson: str) -> Path:
 
 
 def header(path: Path) -> dict:
-    """The ``# key: value`` lines at the top of a fixture (action, expect, expect-note, expect-message)."""
+    """The ``# key: value`` lines at the top of a fixture (base, action, expect, expect-note, expect-message)."""
     out = {}
     for line in path.read_text().splitlines():
-        m = re.match(r"^#\s*(action|expect|expect-note|expect-message):\s*(.*)$", line)
+        m = re.match(r"^#\s*(base|action|expect|expect-note|expect-message):\s*(.*)$", line)
         if m:
             out.setdefault(m.group(1), []).append(m.group(2).strip())
     return out
 
 
-def apply_misbehaviour(nb, fixture: Path):
-    """The lesson 00 solution with the edit a misbehaving fixture describes."""
-    text = fixture.read_text()
-    body = "\n".join(l for l in text.splitlines() if not re.match(r"^#\s*(action|expect[-a-z]*):", l)).strip()
+def fill(text: str, places: dict) -> str:
+    """A fixture's text with its {REPO}, {OUT}, {SUBS} and {MARKER} placeholders filled in."""
+    for key, value in dict(places, MARKER=MARKER, REPO=str(REPO)).items():
+        text = text.replace("{" + key + "}", str(value))
+    return text
+
+
+def apply_misbehaviour(nb, fixture: Path, places: dict = {}):
+    """A notebook with the edit a misbehaving (or hostile) fixture describes."""
+    text = fill(fixture.read_text(), places)
+    body = "\n".join(l for l in text.splitlines() if not re.match(r"^#\s*(base|action|expect[-a-z]*):", l)).strip()
     action, _, arg = header(fixture)["action"][0].partition(":")
     arg = arg.strip()
     nb = nbformat.from_dict(json.loads(json.dumps(nb)))
     idx = [k for k, c in enumerate(nb.cells) if c.cell_type == "code" and arg and arg in c.source]
     if action == "replace-region":
+        body = "\n".join(l for l in body.splitlines() if not l.startswith("# "))
+        stub = re.compile(rf'^([ \t]*)raise NotImplementedError\("{arg}:[^\n]*$', re.M)
+        for cell in nb.cells:
+            m = stub.search(cell.source) if cell.cell_type == "code" else None
+            if m:  # an exercise notebook: the stub line becomes the body
+                indented = "\n".join(m.group(1) + l for l in body.splitlines())
+                cell.source = cell.source[:m.start()] + indented + cell.source[m.end():]
+                return nb
         return replace_region_in_notebook(nb, arg, body)
     if action == "insert-cell-after-matching":
         nb.cells.insert(idx[0] + 1, nbformat.v4.new_code_cell(body))
@@ -87,6 +104,15 @@ def expected_points(fixture: Path) -> dict:
     return {k: float(v) for k, v in (kv.split("=") for kv in " ".join(header(fixture)["expect"]).split())}
 
 
+def base_notebook(fixture: Path):
+    """The notebook a fixture edits: ``# base: exercise 04`` or ``solution 00`` (default: the 00 solution)."""
+    kind, _, lesson = (header(fixture).get("base", ["solution 00"])[0]).partition(" ")
+    if _ONLY and lesson not in _ONLY:
+        return lesson, None
+    src = solution_of(lesson) if kind == "solution" else EXERCISES / solution_of(lesson).name
+    return lesson, nbformat.read(src, as_version=4)
+
+
 @pytest.fixture(scope="session")
 def batch(tmp_path_factory):
     """Grade every submission of this file once: {submission id: feedback row}, plus timings."""
@@ -94,6 +120,7 @@ def batch(tmp_path_factory):
     mis = tmp_path_factory.mktemp("misbehaving")
     out = tmp_path_factory.mktemp("grades")
     mis_out = tmp_path_factory.mktemp("grades_misbehaving")
+    places = {"OUT": mis_out, "SUBS": mis}
     for sol in SOLUTION_NBS:
         lesson = lesson_of_path(sol)
         nbformat.write(nbformat.read(sol, as_version=4), subs / f"{lesson}_solution.ipynb")
@@ -106,31 +133,30 @@ def batch(tmp_path_factory):
         nb = replace_region_in_notebook(nbformat.read(solution_of(lesson), as_version=4), qid, fx.read_text())
         nbformat.write(nb, subs / f"{lesson}_wrong__{fx.stem}.ipynb")
     if "00" in LESSONS:
-        sol = nbformat.read(solution_of("00"), as_version=4)
-        for fx in MISBEHAVING:
-            path = mis / f"00_misbehaving__{fx.stem}.ipynb"
+        for fx in MISBEHAVING + HOSTILE:
+            lesson, nb = base_notebook(fx)
+            if nb is None:
+                continue
+            kind = "hostile" if fx in HOSTILE else "misbehaving"
+            path = mis / f"{lesson}_{kind}__{fx.stem}.ipynb"
             if header(fx)["action"][0] == "corrupt-file":
                 path.write_text('{"cells": [ this is not json')
             else:
-                nbformat.write(apply_misbehaviour(sol, fx), path)
-    pidfile = tmp_path_factory.mktemp("pids") / "pids.txt"
-    old = os.environ.get("COURSE_TEST_PIDFILE")
-    os.environ["COURSE_TEST_PIDFILE"] = str(pidfile)
-    try:
-        from course_lib.grade import grade_paths
+                nbformat.write(apply_misbehaviour(nb, fx, places), path)
+        nbformat.write(nbformat.read(solution_of("00"), as_version=4), mis / "00_victim.ipynb")
+        (mis_out / "feedback").mkdir(parents=True, exist_ok=True)
+    # What write_outside.py aims at (and nothing else, so that edits made meanwhile do not count).
+    protected = {p: p.read_bytes() for p in (REPO / "tests" / "hidden" / "ex00.py", mis / "00_victim.ipynb",
+                                              REPO / "course_lib" / "questions" / "ex00.py") if p.exists()}
+    from course_lib.grade import grade_paths
 
-        t0 = time.monotonic()
-        rows = grade_paths([subs], out, LIMITS, hidden_dir=DEFAULT_HIDDEN_DIR, jobs=2, quiet=True)
-        mis_rows = grade_paths([mis], mis_out, TIGHT, hidden_dir=DEFAULT_HIDDEN_DIR, jobs=2, quiet=True) \
-            if any(mis.iterdir()) else []
-        wall = time.monotonic() - t0
-    finally:
-        if old is None:
-            os.environ.pop("COURSE_TEST_PIDFILE", None)
-        else:
-            os.environ["COURSE_TEST_PIDFILE"] = old
+    t0 = time.monotonic()
+    rows = grade_paths([subs], out, LIMITS, hidden_dir=DEFAULT_HIDDEN_DIR, jobs=2, quiet=True)
+    wall = time.monotonic() - t0
+    mis_rows = grade_paths([mis], mis_out, TIGHT, hidden_dir=DEFAULT_HIDDEN_DIR, jobs=2, quiet=True) \
+        if any(mis.iterdir()) else []
     _BATCH.update({"rows": {r["submission"]: r for r in rows + mis_rows}, "main": [r["submission"] for r in rows],
-                   "out": out, "mis_out": mis_out, "subs": subs, "pidfile": pidfile, "wall": wall})
+                   "out": out, "mis_out": mis_out, "subs": subs, "mis": mis, "wall": wall, "protected": protected})
     return _BATCH
 
 
@@ -231,9 +257,17 @@ def test_wrong_answer_loses_exactly_its_points(batch, fixture):
     assert next(q for q in row["questions"] if q["qid"] == qid)["message"]
 
 
-@pytest.mark.parametrize("fixture", MISBEHAVING, ids=lambda p: p.stem)
+def row_of(batch, fixture):
+    lesson, nb = base_notebook(fixture)
+    if nb is None:
+        pytest.skip(f"lesson {lesson} is not among COURSE_TEST_LESSONS")
+    kind = "hostile" if fixture in HOSTILE else "misbehaving"
+    return batch["rows"][f"{lesson}_{kind}__{fixture.stem}"]
+
+
+@pytest.mark.parametrize("fixture", MISBEHAVING + HOSTILE, ids=lambda p: p.stem)
 def test_misbehaving_submission_is_graded_with_a_message(batch, fixture):
-    row = batch["rows"][f"00_misbehaving__{fixture.stem}"]
+    row = row_of(batch, fixture)
     assert points(row) == expected_points(fixture), {q["qid"]: q["message"] for q in row["questions"]}
     assert all(q["message"] for q in row["questions"])
     assert row["elapsed"] < BUDGET
@@ -255,15 +289,67 @@ def test_huge_output_is_capped(batch):
     assert len(json.dumps(fb)) < 100_000
 
 
-def test_leftover_processes_are_killed(batch):
-    pids = [int(x) for x in batch["pidfile"].read_text().split()] if batch["pidfile"].exists() else []
-    assert len(pids) >= 2, "the leftover_workers fixture did not record its processes"
+def marked_processes() -> list:
+    """Processes whose command line carries the fixtures' marker."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if MARKER in " ".join(p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(p.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_no_process_outlives_grading(batch):
+    """Leftover workers, a process in its own session, a double-forked daemon: all gone."""
+    assert batch["rows"]["00_misbehaving__leftover_workers"] and batch["rows"]["00_hostile__daemon"]
     deadline = time.monotonic() + 5
-    alive = pids
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    while marked_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not alive, f"processes left behind by a submission: {alive}"
+    assert not marked_processes(), "processes left behind by a submission"
+
+
+# -- hostile submissions: each attack gains nothing and leaves nothing behind ----------------
+
+def test_hostile_submissions_change_no_file(batch):
+    """Hidden checks, visible checks and another submission are byte-for-byte as before; the
+    grader's output holds only what the grader wrote."""
+    for path, before in batch["protected"].items():
+        assert path.read_bytes() == before, f"{path} was changed during grading"
+    out = batch["mis_out"]
+    assert not (out / "feedback" / "victim.json").exists()
+    text = (out / "scores.csv").read_text()
+    assert "pwned" not in text and "150" not in text.replace("1500", "")
+    assert text.startswith("submission,ex00_1")
+
+
+def test_hostile_submissions_read_no_secret(batch):
+    """Nothing of the hidden checks or the solutions reaches a hostile submission's feedback."""
+    secrets = [line.strip() for p in (REPO / "tests" / "hidden").glob("*.py") for line in p.read_text().splitlines()
+               if len(line.strip()) > 30 and not line.strip().startswith(("#", "from", "import", '"""'))]
+    assert secrets
+    for fx in HOSTILE:
+        if base_notebook(fx)[1] is None:
+            continue
+        fb = (batch["mis_out"] / "feedback" / f"{base_notebook(fx)[0]}_hostile__{fx.stem}.json").read_text()
+        leaked = [s for s in secrets if s in fb]
+        assert not leaked, f"{fx.stem}: feedback carries hidden-check text {leaked[:2]}"
+    row = batch["rows"]["00_hostile__read_secrets"]
+    assert "FOUND 0" in row["output_tail"], row["output_tail"][-500:]
+
+
+def test_scores_are_capped(batch):
+    for row in batch["rows"].values():
+        assert 0 <= row["score"] <= row["max_score"]
+        assert all(0 <= q["points"] <= q["max_points"] for q in row["questions"])
+
+
+def test_a_hanging_answer_costs_at_most_one_question_limit(batch):
+    """A notebook whose ex00_2 never returns grades within 20 s (plus noise) of the honest notebook."""
+    hang = batch["rows"]["00_hostile__hang_in_answer"]
+    honest = batch["rows"]["00_victim"]
+    assert hang["elapsed"] <= honest["elapsed"] + 20 + 10, (hang["elapsed"], honest["elapsed"])
 
 
 def test_reports(batch):
@@ -306,17 +392,29 @@ def test_command_line_is_deterministic(batch, tmp_path):
         assert {k: float(v) for k, v in got[name].items() if k.startswith("ex")} == points(batch["rows"][name])
 
 
-def test_grading_without_the_zygote(monkeypatch, tmp_path):
-    """The plain-subprocess path (Windows, or COURSE_GRADING_NO_ZYGOTE=1): a cell calling os._exit is skipped."""
-    from course_lib.grade import grade_paths
-
-    monkeypatch.setenv("COURSE_GRADING_NO_ZYGOTE", "1")
+def test_grading_without_a_sandbox_says_so(tmp_path):
+    """Where bubblewrap cannot run, grading still works, says so plainly, and skips a cell calling os._exit."""
     ex = nbformat.read(EXERCISES / solution_of("00").name, as_version=4)
     nb = apply_misbehaviour(ex, FIXTURES / "misbehaving" / "os_exit_cell.py")
     nbformat.write(nb, tmp_path / "00_student.ipynb")
-    (row,) = grade_paths([tmp_path / "00_student.ipynb"], tmp_path / "out", TIGHT, quiet=True)
-    assert row["score"] == 0 and {q["status"] for q in row["questions"]} == {"not_implemented"}
-    assert any("exit code 7" in n for n in row["notes"]), row["notes"]
+    cp = subprocess.run([sys.executable, "-m", "course_lib.grade", str(tmp_path / "00_student.ipynb"), "--out",
+                         str(tmp_path / "out")], capture_output=True, text=True, timeout=240, cwd=REPO,
+                        env=dict(os.environ, COURSE_GRADING_NO_SANDBOX="1"))
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert "grading without a sandbox" in cp.stderr
+    fb = json.loads((tmp_path / "out" / "feedback" / "00_student.json").read_text())
+    assert fb["score"] == 0 and {q["status"] for q in fb["questions"]} == {"not_implemented"}
+    assert any("exit code 7" in n for n in fb["notes"]), fb["notes"]
+
+
+def test_the_sandbox_is_used_where_it_can_be():
+    from course_lib.grading.sandbox import sandbox_status
+
+    usable, why = sandbox_status()
+    if not usable and os.environ.get("CI"):
+        pytest.fail(f"bubblewrap does not run on this CI machine: {why}")
+    if not usable:
+        pytest.skip(f"no sandbox here: {why}")
 
 
 # -- check() in the notebook ------------------------------------------------------------------
@@ -355,17 +453,6 @@ def test_check_on_stubs_says_not_implemented(monkeypatch):
     for q in load_lesson("00"):
         out = printed(check, q.qid, ns)
         assert "Not implemented yet" in out and q.qid in out, out
-
-
-def test_hidden_checks_are_a_superset_of_visible_ones():
-    """The 'drops the remainder' answer passes the visible check and fails grading."""
-    nb = replace_region_in_notebook(nbformat.read(solution_of("00"), as_version=4), "ex00_1",
-                                    (FIXTURES / "wrong_answers" / "ex00_1__drops_remainder.py").read_text())
-    ns = notebook_namespace(nb)
-    load_lesson("00", hidden_dir=DEFAULT_HIDDEN_DIR, with_hidden=True)
-    assert run_question("ex00_1", ns, hidden=False).passed
-    r = run_question("ex00_1", ns, hidden=True)
-    assert r.status == "failed" and "rank" in r.message and r.points == 0
 
 
 def test_check_reports_missing_names_and_timeouts():
@@ -424,9 +511,10 @@ def lesson_grades(request, tmp_path_factory):
             if _BATCH and folder.resolve() == SOLUTIONS.resolve():  # graded already by this session
                 cache[lesson] = _BATCH["rows"][f"{lesson}_solution"]
             else:
-                from course_lib.grade import grade_one
+                from course_lib.grade import grade_paths
 
-                cache[lesson] = grade_one(nbs[0].stem, nbs[0], Limits(), hidden_dir=DEFAULT_HIDDEN_DIR)
+                out = tmp_path_factory.mktemp(f"grades_{lesson}")
+                (cache[lesson],) = grade_paths([nbs[0]], out, Limits(), hidden_dir=DEFAULT_HIDDEN_DIR, quiet=True)
         return cache[lesson]
     return get
 

@@ -192,14 +192,17 @@ def first_difference(before, after, path: str = ""):
     return None if same(before, after) else (path, shown(before, 50), shown(after, 50))
 
 
-def assert_unchanged(fn_name: str, names, before, after) -> None:
-    """Fail if an argument came back from the call changed: the function overwrote its input."""
+def assert_unchanged(fn_name: str, names, before, after, on: str = "") -> None:
+    """Fail if an argument came back from the call changed: the function overwrote its input.
+
+    ``on`` says where the call ran, e.g. "on rank 2"."""
     for name, b, a in zip(names, before, after):
         d = first_difference(b, a)
         if d:
             where, was, now = d
             raise AssertionError(
-                f"`{fn_name}` changed its argument `{name}` in place ({name}{where} was {was}, after the call "
+                f"`{fn_name}` changed its argument `{name}` in place{' ' + on if on else ''} "
+                f"({name}{where} was {was}, after the call "
                 f"it is {now}): the caller still needs it, so compute on a copy or into new arrays.")
 
 

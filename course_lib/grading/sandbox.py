@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -164,14 +165,54 @@ def _kernel_env(seed: int, start_method: Optional[str], library: str, home: str)
     return env
 
 
-def _limit_resources(memory_mb):
-    def preexec():
-        import resource
+MAX_PROCESSES = 512     # per sandbox, where a pids cgroup can be made (a fork bomb stops there)
 
+
+class _PidsCgroup:
+    """A cgroup-v1 ``pids`` group capping the processes of one sandbox, where this user may make one.
+
+    (Without it, ``RLIMIT_NPROC`` would not help: it counts per user, and root ignores it.)
+    """
+
+    ROOT = Path("/sys/fs/cgroup/pids")
+
+    def __init__(self):
+        self.path: Optional[Path] = None
+        try:
+            path = self.ROOT / f"course_grading_{os.getpid()}_{id(self):x}"
+            path.mkdir()
+            (path / "pids.max").write_text(str(MAX_PROCESSES))
+            self.path = path
+        except OSError:
+            pass
+
+    def procs_file(self) -> Optional[str]:
+        return str(self.path / "cgroup.procs") if self.path else None
+
+    def remove(self) -> None:
+        if self.path is not None:
+            for _ in range(50):
+                try:
+                    self.path.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.02)   # the killed processes are still being reaped
+            self.path = None
+
+
+def _limit_resources(memory_mb, procs_file: Optional[str]):
+    """Runs in the child before exec: no core files, the memory limit, into the pids cgroup."""
+    def preexec():
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if memory_mb:
             lim = int(memory_mb) * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+        if procs_file:
+            try:
+                with open(procs_file, "w") as f:
+                    f.write(str(os.getpid()))
+            except OSError:
+                pass
     return preexec
 
 
@@ -231,12 +272,17 @@ class SandboxedKernel:
             cmd += ["--"] + kernel
             cwd, popen_env = None, None
         else:
+            _become_subreaper()
             self.scratch = tempfile.mkdtemp(prefix="course_grade_home_")
             cmd, cwd = kernel, self.scratch
             popen_env = dict(os.environ, **_kernel_env(seed, start_method, str(library), self.scratch))
+        self.cgroup = _PidsCgroup()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, cwd=cwd,
                                      env=popen_env, pass_fds=(to_kernel_r, from_kernel_w), start_new_session=True,
-                                     preexec_fn=_limit_resources(limits.memory_mb))
+                                     preexec_fn=_limit_resources(limits.memory_mb, self.cgroup.procs_file()))
+        self.started = time.time()
+        if not usable:
+            _LIVE_KERNELS.add(self.proc.pid)
         for fd in (to_kernel_r, from_kernel_w, out_w):
             os.close(fd)
         self.to_kernel, self.from_kernel = to_kernel_w, from_kernel_r
@@ -285,6 +331,9 @@ class SandboxedKernel:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover
             pass
+        if not self.sandboxed:
+            _LIVE_KERNELS.discard(self.proc.pid)
+            _kill_orphans(self.started)
         for fd in (self.to_kernel, self.from_kernel):
             try:
                 os.close(fd)
@@ -292,9 +341,46 @@ class SandboxedKernel:
                 pass
         self.to_kernel = self.from_kernel = -1
         self.output.join(timeout=1)
+        self.cgroup.remove()
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None
+
+
+_LIVE_KERNELS: set = set()   # pids of the unsandboxed kernels running now (any thread)
+
+
+def _become_subreaper() -> bool:
+    """Linux: orphans of our descendants become our children (not init's), so they can be found."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0   # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _kill_orphans(since: float) -> None:
+    """Kill our children that are no kernel of ours: orphans (a daemon, say) adopted as subreaper."""
+    try:
+        import psutil
+
+        children = psutil.Process().children()
+    except Exception:  # noqa: BLE001 - best effort where there is no PID namespace
+        return
+    for p in children:
+        try:
+            if p.pid in _LIVE_KERNELS or p.create_time() < since - 1 or p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if "resource_tracker" in " ".join(p.cmdline()):
+                continue
+            for q in p.children(recursive=True) + [p]:
+                q.kill()
+            p.wait(timeout=2)   # reap what we adopted (only it: other kernels' exits are theirs)
+        except (psutil.Error, psutil.TimeoutExpired):
+            pass
 
 
 def _kill_tree(proc) -> None:

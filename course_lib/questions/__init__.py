@@ -220,11 +220,11 @@ def close(got, want, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
     return bool(np.allclose(got, want, rtol=rtol, atol=atol))
 
 
-def worst(got, want) -> str:
-    """Where two arrays differ most: 'entry (i, j): expected a, got b'."""
+def worst(got, want, name: str = "entry") -> str:
+    """Where two arrays differ most: 'entry (i, j) should be a, got b'."""
     got, want = np.asarray(got, dtype=float), np.asarray(want, dtype=float)
     if got.shape != want.shape or not got.size:
-        return f"expected {shown(want)}, got {shown(got)}"
+        return f"{name} should be {shown(want)}, got {shown(got)}"
     k = np.unravel_index(int(np.argmax(np.abs(got - want))), got.shape)
     at = k[0] if len(k) == 1 else tuple(int(i) for i in k)
-    return f"entry {at}: expected {num(want[k])}, got {num(got[k])}"
+    return f"{name}[{at}] should be {num(want[k])}, got {num(got[k])}"

@@ -60,7 +60,7 @@ def assert_ring_allreduce(fn, p, n, dtype=np.float64, seed=0, timeout=CHECK_TIME
         assert got.dtype == want.dtype, (
             f"p={p}: rank {r} should return an array of the input's dtype {want.dtype}, got {got.dtype}.")
         assert np.allclose(got, want, rtol=tol, atol=tol), (
-            f"p={p}, n={n}: rank {r} should hold the sum over ranks; at {worst(got, want)}.")
+            f"p={p}, n={n}: rank {r} should return the sum over ranks, but its {worst(got, want, 'result')}.")
     itemsize = np.dtype(dtype).itemsize
     expected = 2 * (p - 1) * n * itemsize
     assert total == expected, (

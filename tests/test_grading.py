@@ -345,51 +345,22 @@ def test_scores_are_capped(batch):
         assert all(0 <= q["points"] <= q["max_points"] for q in row["questions"])
 
 
-def test_a_hanging_answer_costs_at_most_one_question_limit(batch):
-    """A notebook whose ex00_2 never returns grades within 20 s (plus noise) of the honest notebook."""
-    hang = batch["rows"]["00_hostile__hang_in_answer"]
-    honest = batch["rows"]["00_victim"]
-    assert hang["elapsed"] <= honest["elapsed"] + 20 + 10, (hang["elapsed"], honest["elapsed"])
+def test_a_hanging_answer_costs_at_most_one_question_limit(tmp_path):
+    """With the default limits, a notebook whose ex00_2 never returns grades within 20 s (plus
+    noise) of the same notebook answered honestly."""
+    from course_lib.grade import grade_paths
 
-
-def test_reports(batch):
-    out, rows = batch["out"], {k: batch["rows"][k] for k in batch["main"]}
-    with open(out / "scores.csv", newline="") as f:
-        table = list(csv.reader(f))
-    head = table[0]
-    qids = [q.qid for q in all_questions() if q.lesson in LESSONS]
-    assert head[0] == "submission" and head[-2:] == ["total", "max"] and sorted(head[1:-2]) == sorted(qids)
-    assert sorted(r[0] for r in table[1:]) == sorted(rows)
-    for r in table[1:]:
-        row = rows[r[0]]
-        assert float(r[-2]) == row["score"] and float(r[-1]) == row["max_score"]
-        assert sum(float(x) for x in r[1:-2] if x) == row["score"]
-    for sid, row in rows.items():
-        fb = json.loads((out / "feedback" / f"{sid}.json").read_text())
-        assert {"submission", "score", "max_score", "questions", "notes"} <= set(fb)
-        for q in fb["questions"]:
-            assert {"qid", "points", "max_points", "status", "message", "traceback"} <= set(q)
-        gs = json.loads((out / "results" / sid / "results.json").read_text())
-        assert gs["score"] == sum(t["score"] for t in gs["tests"]) == row["score"]
-        assert all({"name", "score", "max_score", "output", "status"} <= set(t) for t in gs["tests"])
-
-
-def test_command_line_is_deterministic(batch, tmp_path):
-    """`python -m course_lib.grade` on a solution and an exercise gives the batch's scores again."""
-    subs = tmp_path / "subs"
-    subs.mkdir()
-    for name in ("00_solution", "00_exercise"):
-        src = batch["subs"] / f"{name}.ipynb"
-        (subs / src.name).write_bytes(src.read_bytes())
-    out = tmp_path / "grades"
-    cp = subprocess.run([sys.executable, "-m", "course_lib.grade", str(subs), "--out", str(out), "--jobs", "2"],
-                        capture_output=True, text=True, timeout=240, cwd=REPO)
-    assert cp.returncode == 0, cp.stderr[-2000:]
-    with open(out / "scores.csv", newline="") as f:
-        got = {r["submission"]: r for r in csv.DictReader(f)}
-    for name in ("00_solution", "00_exercise"):
-        assert float(got[name]["total"]) == batch["rows"][name]["score"]
-        assert {k: float(v) for k, v in got[name].items() if k.startswith("ex")} == points(batch["rows"][name])
+    honest = nbformat.read(solution_of("00"), as_version=4)
+    hang = apply_misbehaviour(honest, FIXTURES / "hostile" / "hang_in_answer.py")
+    nbformat.write(honest, tmp_path / "00_honest.ipynb")
+    nbformat.write(hang, tmp_path / "00_hang.ipynb")
+    rows = {}
+    for name in ("00_honest", "00_hang"):
+        (rows[name],) = grade_paths([tmp_path / f"{name}.ipynb"], tmp_path / "out", Limits(), quiet=True)
+    assert rows["00_honest"]["score"] == 5 and rows["00_hang"]["score"] == 3
+    extra = rows["00_hang"]["elapsed"] - rows["00_honest"]["elapsed"]
+    print(f"honest {rows['00_honest']['elapsed']:.1f} s, with a hanging answer {rows['00_hang']['elapsed']:.1f} s")
+    assert extra <= 20 + 8, extra
 
 
 def test_grading_without_a_sandbox_says_so(tmp_path):

@@ -152,15 +152,23 @@ def run_question(q: Question | str, ns, hidden: bool = False,
         return result("missing", f"{names} not defined: run (or restore) the cell that defines it.")
     # Remote code enforces the limit on the student's side; an alarm here could cut a reply in half.
     limiter = time_limit(timeout) if isinstance(code, LocalCode) else contextlib.nullcontext()
+    n_visible = len(q.visible)
+    k = 0
     try:
         with limiter:
-            for fn in checks:
+            for k, fn in enumerate(checks):
                 fn(code)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - student code can raise anything
         status, msg = _classify(q, exc, timeout)
         tb = exc.traceback if isinstance(exc, StudentError) else ""
+        if k >= n_visible and isinstance(exc, StudentError) and status == "error":
+            # The student's own error text or traceback could carry the hidden inputs out.
+            msg, tb = (f"`{exc.name}` raised {exc.type_name} on one of the grader's own inputs "
+                       "(the visible checks pass: make your code general)."), ""
+        elif k >= n_visible and status == "failed":
+            msg = f"On the grader's own inputs: {msg}"
         return result(status, msg, tb)
     n = len(checks)
     return result("passed", f"All {n} check{'s' if n != 1 else ''} passed.")

@@ -174,8 +174,7 @@ def first_difference(before, after, path: str = ""):
         if not len(diff):
             return None
         k = tuple(int(i) for i in diff[0])
-        at = k[0] if len(k) == 1 else k
-        return f"{path}[{at}]", num(before[k]), num(after[k])
+        return f"{path}[{', '.join(map(str, k))}]", num(before[k]), num(after[k])
     if isinstance(before, (list, tuple)) and isinstance(after, (list, tuple)) and len(before) == len(after) \
             and type(before) is type(after):
         for i, (b, a) in enumerate(zip(before, after)):
@@ -226,5 +225,5 @@ def worst(got, want, name: str = "entry") -> str:
     if got.shape != want.shape or not got.size:
         return f"{name} should be {shown(want)}, got {shown(got)}"
     k = np.unravel_index(int(np.argmax(np.abs(got - want))), got.shape)
-    at = k[0] if len(k) == 1 else tuple(int(i) for i in k)
+    at = ", ".join(str(int(i)) for i in k)
     return f"{name}[{at}] should be {num(want[k])}, got {num(got[k])}"

@@ -1,117 +1,202 @@
-"""Visible checks of lesson 04 (decentralized learning: gossip and D-PSGD)."""
-import math
+"""Lesson 04, decentralized learning (gossip): visible checks.
 
-import networkx as nx
+ex04_1  metropolis_weights(G)            the Metropolis-Hastings mixing matrix of a graph
+ex04_2  mixing_rate(W)                   r = max(lambda_2, |lambda_n|)
+ex04_3  gossip_step(comm, x, weights)    one synchronous gossip step inside a node process
+ex04_4  iterations_to_reach(r, eps)      the smallest t with r**t <= eps
+"""
+from fractions import Fraction as F
+
 import numpy as np
 
 from course_lib.grading import question
+from course_lib.grading.student import harness
+from course_lib.questions import (as_array, as_int, as_number, call_keeping_inputs, num, readable, shown, worst)
+
+CHECK_TIMEOUT = 5.0  # seconds a gossip run may take (these take well under one)
 
 
-def _expected_mh(G):
-    n = G.number_of_nodes()
+def _graph(n, edges):
+    import networkx as nx
+
+    G = nx.Graph()
+    G.add_nodes_from(range(n))
+    G.add_edges_from((int(i), int(j)) for i, j in edges)
+    return G
+
+
+def _edge_list(G):
+    return sorted(tuple(sorted((int(i), int(j)))) for i, j in G.edges)
+
+
+# ------------------------------------------------------------------------------ ex04_1
+@harness
+def run_metropolis(fn, n, edges):
+    """Build the graph on nodes 0..n-1 with ``edges``, call ``fn(G)``; return (W, G's edges after, n after)."""
+    G = _graph(n, edges)
+    W = fn(G)
+    return readable(W), _edge_list(G), G.number_of_nodes()
+
+
+def check_mh_on(fn, n, edges, name, want):
+    """``metropolis_weights`` on the graph (n, edges) must give the matrix ``want``."""
+    edges = sorted(tuple(sorted(e)) for e in edges)
+    W, after, n_after = run_metropolis(fn, n, edges)
+    assert after == edges and n_after == n, (
+        f"on a {name}, metropolis_weights must not change the graph it is given: it had {len(edges)} edges and "
+        f"{n} nodes, after the call {len(after)} edges and {n_after} nodes.")
+    W = as_array(W, f"on a {name}, W", shape=(n, n))
+    W = W.astype(float)
+    if not np.allclose(W, W.T, atol=1e-12):
+        i, j = (int(v) for v in np.unravel_index(int(np.argmax(np.abs(W - W.T))), W.shape))
+        raise AssertionError(f"on a {name}, W should be symmetric, but W[{i}, {j}] = {num(W[i, j])} and "
+                             f"W[{j}, {i}] = {num(W[j, i])}.")
+    rows = W.sum(axis=1)
+    assert np.allclose(rows, 1, atol=1e-12), (
+        f"on a {name}, every row of W should sum to 1 (W_ii = 1 - the row's edge weights); row "
+        f"{int(np.argmax(np.abs(rows - 1)))} sums to {num(rows[np.argmax(np.abs(rows - 1))])}.")
+    A = np.zeros((n, n), dtype=bool)
+    for i, j in edges:
+        A[i, j] = A[j, i] = True
+    off = (np.abs(W) > 1e-12) & ~A & ~np.eye(n, dtype=bool)
+    if off.any():
+        i, j = (int(v) for v in np.argwhere(off)[0])
+        raise AssertionError(f"on a {name}, nodes {i} and {j} are not neighbours, so W[{i}, {j}] should be 0, "
+                             f"got {num(W[i, j])}.")
+    want = np.asarray(want, dtype=float)
+    assert np.allclose(W, want, rtol=0, atol=1e-12), (
+        f"on a {name}, {worst(W, want, 'W')}: W_ij = 1 / (1 + max(d_i, d_j)) on an edge (the '1 +' keeps weight "
+        "on the node itself), W_ii = 1 - the sum of the row's edge weights.")
+
+
+def ring_matrix(n, w=1 / 3):
+    """The n-node ring with weight w on each edge and 1 - 2w on the diagonal (MH weights for w = 1/3)."""
+    I = np.eye(n)
+    return (1 - 2 * w) * I + w * (np.roll(I, 1, axis=1) + np.roll(I, -1, axis=1))
+
+
+def _fractions(rows):
+    return np.array([[float(v) for v in r] for r in rows])
+
+
+#: Star of 6 (node 0 is the hub with 5 leaves): degrees 5 and 1.
+STAR6 = _fractions([[F(1, 6)] * 6] + [[F(1, 6)] + [F(5, 6) if j == i else 0 for j in range(1, 6)] for i in range(1, 6)])
+#: A kite: the triangle 0-1-2 and the tail 2-3 (degrees 2, 2, 3, 1).
+KITE_EDGES = [(0, 1), (0, 2), (1, 2), (2, 3)]
+KITE = _fractions([[F(5, 12), F(1, 3), F(1, 4), 0], [F(1, 3), F(5, 12), F(1, 4), 0],
+                   [F(1, 4), F(1, 4), F(1, 4), F(1, 4)], [0, 0, F(1, 4), F(3, 4)]])
+
+
+@question("ex04_1", points=2, title="Build the Metropolis-Hastings mixing matrix", names=("metropolis_weights",))
+def ex04_1(ns):
+    """metropolis_weights(G) returns W with W_ij = 1/(1 + max(d_i, d_j)) on edges, W_ii = 1 - sum_j W_ij."""
+    fn = ns["metropolis_weights"]
+    check_mh_on(fn, 8, [(i, (i + 1) % 8) for i in range(8)], "ring of 8", ring_matrix(8))
+    check_mh_on(fn, 6, [(0, j) for j in range(1, 6)], "star of 6", STAR6)
+    check_mh_on(fn, 4, KITE_EDGES, "triangle with a tail", KITE)
+
+
+# ------------------------------------------------------------------------------ ex04_2
+def check_rate(fn, W, want, name, hint=""):
+    W = np.asarray(W, dtype=float)
+    got = as_number(call_keeping_inputs(fn, (W,), ("W",)), f"mixing_rate of the {name}")
+    assert abs(got - want) < 1e-9, f"for the {name}, r should be {num(want, 9)}, got {num(got, 9)}.{hint}"
+
+
+#: K(3,3) with MH weights 1/4 everywhere: eigenvalues 1, 1/4 (x4), -1/2, so r = |lambda_n| = 1/2.
+K33 = np.array([[0.25 if (i < 3) != (j < 3) or i == j else 0.0 for j in range(6)] for i in range(6)])
+
+
+@question("ex04_2", points=2, title="The rate r = max(lambda_2, |lambda_n|)", names=("mixing_rate",))
+def ex04_2(ns):
+    """mixing_rate(W) returns r = max(lambda_2, |lambda_n|) for a symmetric mixing matrix W."""
+    fn = ns["mixing_rate"]
+    check_rate(fn, ring_matrix(10), 0.8726779962499649, "ring of 10 (weights 1/3)")
+    check_rate(fn, K33, 0.5, "complete bipartite graph K(3,3) (weights 1/4)",
+               " Its eigenvalues are 1, 1/4 and -1/2: the most negative eigenvalue shrinks the error slowest, "
+               "so r must look at |lambda_n| too.")
+
+
+# ------------------------------------------------------------------------------ ex04_3
+def _gossip_driver(comm, step, W, x0, steps):
+    i = comm.rank
+    weights = {j: float(W[i, j]) for j in sorted(set(comm.neighbors) | {i})}
+    x = np.array(x0[i], dtype=float)
+    changed = False
+    for _ in range(steps):
+        before, wbefore = x.copy(), dict(weights)
+        out = step(comm, x, weights)
+        changed = changed or not np.array_equal(x, before) or weights != wbefore
+        try:
+            x = np.array(out, dtype=float)
+        except (TypeError, ValueError):
+            return readable(out), changed
+    return x, changed
+
+
+@harness
+def run_gossip(fn, n, edges, W, x0, steps):
+    """``steps`` gossip steps on the graph with the student's step; returns
+    (each node's final value, messages sent per node, whether each node's x or weights changed in place)."""
+    from course_lib import Cluster
+
+    with Cluster(n, graph=_graph(n, edges), timeout=CHECK_TIMEOUT) as c:
+        res = c.run(_gossip_driver, fn, np.asarray(W), np.asarray(x0), steps)
+        return [r[0] for r in res], [int(res.stats.messages_sent(i)) for i in range(n)], [r[1] for r in res]
+
+
+def check_gossip_step(step, n, edges, W, steps, d, name, seed=4):
+    W = np.asarray(W, dtype=float)
+    x0 = np.random.default_rng(seed).standard_normal((n, d))
+    finals, sent, changed = run_gossip(step, n, edges, W, x0, steps)
+    for i, c in enumerate(changed):
+        assert not c, (f"on a {name}, node {i}'s gossip_step changed its argument x (or weights) in place: "
+                       "return a new array and leave the arguments as they were.")
+    want = np.linalg.matrix_power(W, steps) @ x0        # what gossip computes: the matrix iteration
+    deg = {i: 0 for i in range(n)}
+    for i, j in edges:
+        deg[i] += 1
+        deg[j] += 1
+    for i, got in enumerate(finals):
+        got = as_array(got, f"on a {name}, node {i}'s value after {steps} steps", shape=(d,))
+        assert np.allclose(got, want[i], rtol=0, atol=1e-12), (
+            f"on a {name}, after {steps} steps node {i} should hold row {i} of W^t x0, but its "
+            f"{worst(got, want[i], 'x')}: each step returns W_ii x_i + the sum over neighbours j of W_ij x_j, "
+            "with x_j received from j itself.")
+        assert sent[i] == steps * deg[i], (
+            f"on a {name}, node {i} has {deg[i]} neighbours, so in {steps} steps it sends {steps * deg[i]} messages "
+            f"(x once to each neighbour per step); it sent {sent[i]}.")
+
+
+def weighted_matrix(n, edges, rule):
+    """A symmetric mixing matrix with weight rule(i, j) on each edge and the rest on the diagonal."""
     W = np.zeros((n, n))
-    for i, j in G.edges:
-        W[i, j] = W[j, i] = 1.0 / (1 + max(G.degree(i), G.degree(j)))
+    for i, j in edges:
+        W[i, j] = W[j, i] = rule(i, j)
     W[np.diag_indices(n)] = 1 - W.sum(axis=1)
     return W
 
 
-def check_mh_on(fn, G, name):
-    n = G.number_of_nodes()
-    W = np.asarray(fn(G.copy()), dtype=float)
-    assert W.shape == (n, n), f"on a {name} with {n} nodes W must be {n} x {n}, got shape {W.shape}"
-    assert np.allclose(W, W.T, atol=1e-12), f"W is not symmetric on a {name}: W[i, j] must equal W[j, i]"
-    assert np.allclose(W.sum(axis=1), 1, atol=1e-12), (
-        f"rows of W must sum to 1 on a {name} (set W_ii = 1 - sum of the row's edge weights)")
-    A = nx.to_numpy_array(G, nodelist=range(n)) != 0
-    off = (np.abs(W) > 1e-12) & ~A & ~np.eye(n, dtype=bool)
-    assert not off.any(), f"W has weight between nodes that are not neighbours on a {name}"
-    ev = np.linalg.eigvalsh(W)
-    assert ev[0] > -1 + 1e-9, (
-        f"on a {name} your W has eigenvalue {ev[0]:.3f}: gossip oscillates for ever. "
-        "Metropolis-Hastings weights are 1 / (1 + max(d_i, d_j)): the '1 +' keeps weight on the node itself")
-    E = _expected_mh(G)
-    i, j = np.unravel_index(np.argmax(np.abs(W - E)), W.shape)
-    assert np.abs(W - E).max() < 1e-12, (
-        f"on a {name}, W[{i},{j}] = {W[i, j]:.4f} but Metropolis-Hastings gives {E[i, j]:.4f}")
-
-
-@question("ex04_1", points=2, title="Build the Metropolis-Hastings mixing matrix",
-          names=("metropolis_weights",), timeout=30)
-def ex04_1(ns):
-    """metropolis_weights(G) returns W with W_ij = 1/(1 + max(d_i, d_j)) on edges, W_ii = 1 - sum_j W_ij."""
-    fn = ns["metropolis_weights"]
-    check_mh_on(fn, nx.cycle_graph(8), "ring of 8")
-    check_mh_on(fn, nx.star_graph(5), "star of 6")
-
-
-def _bipartite_W():
-    # K_{3,3}: MH weights 1/4 everywhere, eigenvalues 1, 1/4 (x4), -1/2: r = |lambda_n| = 1/2.
-    G = nx.complete_bipartite_graph(3, 3)
-    return _expected_mh(G)
-
-
-@question("ex04_2", points=2, title="The rate r = max(lambda_2, |lambda_n|)",
-          names=("mixing_rate",), timeout=30)
-def ex04_2(ns):
-    """mixing_rate(W) returns r = max(lambda_2, |lambda_n|) for a symmetric mixing matrix W."""
-    fn = ns["mixing_rate"]
-    W = _expected_mh(nx.cycle_graph(10))
-    r = float(fn(W.copy()))
-    expect = 1 / 3 + 2 / 3 * math.cos(2 * math.pi / 10)
-    assert abs(r - expect) < 1e-9, f"ring of 10: expected r = {expect:.6f}, got {r:.6f}"
-    r = float(fn(_bipartite_W()))
-    assert abs(r - 0.5) < 1e-9, (
-        f"complete bipartite K(3,3): expected r = 0.5, got {r:.6f}. Its eigenvalues are 1, 1/4 and "
-        "-1/2: the most negative eigenvalue shrinks the error slowest, so r must look at |lambda_n| too")
-
-
-def _make_driver(step):
-    # A closure: cloudpickle ships it (and the student's step function) to the workers by value.
-    def driver(comm, W, x0, steps):
-        i = comm.rank
-        weights = {j: float(W[i, j]) for j in sorted(set(comm.neighbors) | {i})}
-        x = np.array(x0[i], dtype=float)
-        for _ in range(steps):
-            x = np.asarray(step(comm, x, weights), dtype=float)
-        return x
-    return driver
-
-
-def check_gossip_step(step, G, steps, d, name, start_method=None):
-    from course_lib import Cluster
-
-    n = G.number_of_nodes()
-    W = _expected_mh(G)
-    x0 = np.random.default_rng(4).standard_normal((n, d))
-    with Cluster(n, graph=G, start_method=start_method, timeout=30) as c:
-        res = c.run(_make_driver(step), W, x0, steps)
-    got = np.stack([np.reshape(r, (d,)) for r in res])
-    want = np.linalg.matrix_power(W, steps) @ x0
-    err = np.abs(got - want).max()
-    assert err < 1e-12, (f"on a {name}, after {steps} steps node values differ from W^t x0 by {err:.2e}. "
-                         "Each node must return W_ii x_i + sum over neighbours j of W_ij x_j")
-    for i in range(n):
-        sent = res.stats.messages_sent(i)
-        deg = G.degree(i)
-        assert sent == steps * deg, (
-            f"node {i} has {deg} neighbours and sent {sent} messages in {steps} steps; "
-            f"one step sends x once to each neighbour ({steps * deg} in all)")
-
-
-@question("ex04_3", points=3, title="One gossip step in the worker", names=("gossip_step",), timeout=90)
+@question("ex04_3", points=3, title="One gossip step in the worker", names=("gossip_step",))
 def ex04_3(ns):
     """gossip_step(comm, x, weights) sends x to every neighbour, receives theirs, returns sum_j W_ij x_j."""
-    check_gossip_step(ns["gossip_step"], nx.cycle_graph(6), steps=5, d=2, name="ring of 6")
+    edges = [(i, (i + 1) % 6) for i in range(6)] + [(0, 3)]          # a ring of 6 with one chord
+    W = weighted_matrix(6, edges, lambda i, j: 0.1 + 0.05 * ((i + j) % 3))
+    check_gossip_step(ns["gossip_step"], 6, edges, W, steps=5, d=2, name="ring of 6 with a chord")
 
 
-@question("ex04_4", points=2, title="Predict the iterations to reach an error eps",
-          names=("iterations_to_reach",), timeout=30)
+# ------------------------------------------------------------------------------ ex04_4
+def check_iterations(fn, cases):
+    """``cases``: [(r, eps, the smallest t with r**t <= eps)]."""
+    for r, eps, want in cases:
+        t = as_int(fn(r, eps), f"iterations_to_reach({num(r)}, {num(eps)})")
+        assert t == want, (
+            f"iterations_to_reach({num(r)}, {num(eps)}) should be {want}, the smallest t with r**t <= eps, got {t}"
+            + (f" (r**{t} = {num(r ** t)}" + (" > eps)." if r ** t > eps else f", but r**{t - 1} <= eps already).")))
+
+
+@question("ex04_4", points=2, title="Predict the iterations to reach an error eps", names=("iterations_to_reach",))
 def ex04_4(ns):
     """iterations_to_reach(r, eps) is the smallest t with r**t <= eps."""
-    fn = ns["iterations_to_reach"]
-    for r, eps in [(0.5, 1e-3), (0.9, 1e-6), (0.99, 0.05)]:
-        t = fn(r, eps)
-        assert isinstance(t, (int, np.integer)), f"iterations_to_reach must return an int, got {type(t).__name__}"
-        want = math.ceil(math.log(eps) / math.log(r))
-        assert t == want, f"iterations_to_reach({r}, {eps}) returned {t}; r**t must just reach eps: {want}"
+    check_iterations(ns["iterations_to_reach"], [(0.5, 1e-3, 10), (0.9, 1e-6, 132), (0.99, 0.05, 299),
+                                                 (0.25, 0.0625, 2), (0.5, 2.0 ** -29, 29), (0.125, 2.0 ** -21, 7)])

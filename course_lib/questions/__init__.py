@@ -132,7 +132,7 @@ def as_array(x, what: str, shape=None, kinds: str = "iuf") -> np.ndarray:
         a = np.asarray(x)
     except (TypeError, ValueError):
         a = None
-    if a is None or a.dtype.kind not in kinds:
+    if a is None or (a.dtype.kind not in kinds and not (a.size == 0 and a.dtype.kind in "iuf")):
         raise AssertionError(f"{what} should be a numpy array of numbers"
                              + (f" of shape {tuple(shape)}" if shape is not None else "") + f", got {shown(x)}.")
     if shape is not None and a.shape != tuple(shape):

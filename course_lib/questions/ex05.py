@@ -10,18 +10,20 @@ import math
 import numpy as np
 
 from course_lib.grading import question
-from course_lib.ps import ring as _ring
-from course_lib.ps import vclock as _vclock
+from course_lib.questions import as_array, as_int, as_sequence, call_keeping_inputs, num, shown
 
 
-def assert_lookup(fn, points, owners, keys):
-    for k in keys:
-        want = _ring.ring_lookup(points, owners, int(k))
-        got = fn(points, owners, int(k))
-        assert got is not None, "ring_lookup returned None: return the owner of the point"
-        assert int(got) == want, (
-            f"points={list(points)}, owners={list(owners)}: key {k} belongs to server {want}, got {got}. "
-            "A key goes to the first point >= key; a key after the last point wraps around to the first point.")
+# ------------------------------------------------------------------------------ ex05_1
+def assert_lookup(fn, points, owners, cases):
+    """``cases``: [(key, owner)]."""
+    points, owners = np.asarray(points), np.asarray(owners)
+    for key, want in cases:
+        got = as_int(call_keeping_inputs(fn, (points, owners, int(key)), ("points", "owners", "key")),
+                     f"ring_lookup(points, owners, {int(key)}) (the owner, a server number)")
+        assert got == want, (
+            f"with points={shown(points, 50)} and owners={shown(owners, 50)}, key {int(key)} belongs to server "
+            f"{want}, got {got}. A key goes to the first point >= key; a key after the last point wraps around "
+            "to the first point.")
 
 
 @question("ex05_1", points=2, title="Look up a key on the hash ring", names=("ring_lookup",))
@@ -29,70 +31,94 @@ def ex05_1(ns):
     """``ring_lookup(points, owners, key)``: points sorted; return the owner of the first point >= key,
     wrapping around to ``owners[0]`` for keys after the last point."""
     fn = ns["ring_lookup"]
-    assert_lookup(fn, [10, 20, 30], [0, 1, 2], [0, 10, 11, 20, 25, 30])
-    assert_lookup(fn, [10, 20, 30], [0, 1, 2], [31, 99])
+    assert_lookup(fn, [10, 20, 30], [0, 1, 2], [(0, 0), (10, 0), (11, 1), (20, 1), (25, 2), (30, 2), (31, 0), (99, 0)])
+    assert_lookup(fn, [5, 40, 70], [3, 1, 2], [(5, 3), (6, 1), (41, 2), (70, 2), (71, 3)])
 
 
+# ------------------------------------------------------------------------------ ex05_2
 def assert_gate(fn, cases):
-    for t, clocks, tau in cases:
-        want = min(clocks) >= t - tau if tau != math.inf else True
-        got = fn(t, list(clocks), tau)
-        assert isinstance(got, (bool, np.bool_)), f"may_read must return a bool, got {type(got).__name__}"
+    """``cases``: [(t, clocks, tau, may the worker read?)]."""
+    for t, clocks, tau, want in cases:
+        got = call_keeping_inputs(fn, (t, list(clocks), tau), ("t", "clocks", "tau"))
+        if not isinstance(got, (bool, np.bool_)):
+            raise AssertionError(f"may_read({t}, {list(clocks)}, {tau}) should return a bool, got {shown(got)}.")
         assert bool(got) == want, (
-            f"a worker at clock t={t} with clocks {list(clocks)} and tau={tau}: may_read should be {want}, "
-            f"got {bool(got)}. The slowest worker may be at most tau iterations behind: min(clocks) >= t - tau.")
+            f"a worker at clock t={t} with clocks {list(clocks)} and tau={tau}: may_read should be {want}, got "
+            f"{bool(got)}. The slowest worker may be at most tau iterations behind: min(clocks) >= t - tau.")
 
 
 @question("ex05_2", points=2, title="The bounded-delay gate", names=("may_read",))
 def ex05_2(ns):
     """``may_read(t, clocks, tau)``: True iff ``min(clocks) >= t - tau`` (always True for tau = inf)."""
-    assert_gate(ns["may_read"], [(3, [3, 3, 3], 0), (3, [2, 3, 3], 0), (3, [2, 5, 3], 1), (4, [2, 5, 3], 1),
-                                 (5, [2, 5, 3], 3), (6, [2, 5, 3], 3), (100, [0, 0], math.inf)])
+    assert_gate(ns["may_read"], [(3, [3, 3, 3], 0, True), (3, [2, 3, 3], 0, False), (3, [2, 5, 3], 1, True),
+                                 (4, [2, 5, 3], 1, False), (5, [2, 5, 3], 3, True), (6, [2, 5, 3], 3, False),
+                                 (100, [0, 0], math.inf, True)])
 
 
-def assert_filter(fn, keys, residual, theta):
-    keys = np.asarray(keys)
-    residual = np.asarray(residual, dtype=float)
-    out = fn(keys, residual.copy(), theta)
-    assert isinstance(out, tuple) and len(out) == 3, "return a tuple (send_keys, send_values, kept)"
-    k, v, kept = (np.asarray(x) for x in out)
-    mask = np.abs(residual) > theta
-    assert np.array_equal(k, keys[mask]), (
-        f"with theta={theta}, send exactly the keys whose |residual| > theta: expected {keys[mask].tolist()}, "
-        f"got {k.tolist()}")
-    assert np.allclose(v, residual[mask]), "send_values must be the residual of the sent keys, in key order"
-    assert kept.shape == residual.shape, "kept must have one entry per key (zero where the entry was sent)"
-    assert np.allclose(kept, np.where(mask, 0.0, residual)), (
-        "kept is the residual with the sent entries set to zero: entries below the threshold stay, "
-        "to be sent once they add up")
+# ------------------------------------------------------------------------------ ex05_3
+def assert_filter(fn, keys, residual, theta, want_keys, want_values, want_kept):
+    keys, residual = np.asarray(keys), np.asarray(residual, dtype=float)
+    out = call_keeping_inputs(fn, (keys, residual, theta), ("keys", "residual", "theta"))
+    k, v, kept = as_sequence(out, 3, "significantly_modified's result (send_keys, send_values, kept)",
+                             kinds=(tuple, list))
+    head = f"keys {shown(keys, 40)}, residual {shown(residual, 50)}, theta={num(theta)}"
+    k = as_array(k, f"{head}: send_keys", kinds="iu")
+    assert k.tolist() == list(want_keys), (
+        f"{head}: send exactly the keys whose |residual| > theta, in key order: expected {list(want_keys)}, "
+        f"got {k.tolist()}.")
+    v = as_array(v, f"{head}: send_values", shape=(len(want_values),))
+    assert np.allclose(v, want_values, rtol=0, atol=0), (
+        f"{head}: send_values should be the residual of the sent keys, {shown(np.asarray(want_values, float))}; "
+        f"got {shown(v)}.")
+    kept = as_array(kept, f"{head}: kept", shape=residual.shape)
+    assert np.allclose(kept, want_kept, rtol=0, atol=0), (
+        f"{head}: kept should be the residual with the sent entries set to zero, {shown(np.asarray(want_kept, float))}; got "
+        f"{shown(kept)}. Entries at or below the threshold stay, to be sent once they add up.")
 
 
 @question("ex05_3", points=2, title="The significantly-modified filter", names=("significantly_modified",))
 def ex05_3(ns):
     """``significantly_modified(keys, residual, theta)`` -> ``(send_keys, send_values, kept)``."""
     fn = ns["significantly_modified"]
-    assert_filter(fn, [2, 5, 7, 9], [0.5, -0.01, -0.3, 0.02], 0.1)
-    assert_filter(fn, [1, 2, 3], [0.0, 0.0, 0.0], 0.0)
+    assert_filter(fn, [2, 5, 7, 9], [0.5, -0.01, -0.3, 0.02], 0.1, [2, 7], [0.5, -0.3], [0.0, -0.01, 0.0, 0.02])
+    assert_filter(fn, [1, 2, 3], [0.0, 0.0, 0.0], 0.0, [], [], [0.0, 0.0, 0.0])
 
 
-def _canon(segs):
-    return [(int(lo), int(hi), [int(x) for x in v]) for lo, hi, v in segs]
+# ------------------------------------------------------------------------------ ex05_4
+def _segments(x, what):
+    if not isinstance(x, (list, tuple)):
+        raise AssertionError(f"{what} should be a list of segments (lo, hi, vec), got {shown(x)}.")
+    out = []
+    for s in x:
+        lo, hi, vec = as_sequence(s, 3, f"each segment of {what} (lo, hi, vec)", kinds=(tuple, list))
+        vec = as_array(vec, f"the vector of segment {shown(s, 40)} of {what}", kinds="iuf")
+        out.append((as_int(lo, f"lo of a segment of {what}"), as_int(hi, f"hi of a segment of {what}"),
+                    [int(v) if float(v).is_integer() else float(v) for v in vec.ravel()]))
+    return out
 
 
-def assert_merge(fn, a, b):
-    want = _canon(_vclock.merge_clocks(a, b))
-    got = fn([(lo, hi, np.array(v)) for lo, hi, v in a], [(lo, hi, np.array(v)) for lo, hi, v in b])
-    assert got is not None, "merge_clocks returned None: return the list of merged segments"
-    got = _canon(got)
+def assert_merge(fn, a, b, want):
+    a = [(lo, hi, np.array(v)) for lo, hi, v in a]
+    b = [(lo, hi, np.array(v)) for lo, hi, v in b]
+    got = _segments(call_keeping_inputs(fn, (a, b), ("a", "b")), "merge_clocks's result")
+    want = [(lo, hi, list(v)) for lo, hi, v in want]
     assert got == want, (
-        f"merging\n  a={_canon(a)}\n  b={_canon(b)}\nshould give\n  {want}\ngot\n  {got}\n"
-        "Cut at every boundary of a and of b, take the elementwise max on each piece, then join neighbouring "
-        "pieces with equal vectors.")
+        f"merging a = {_short(a)} and b = {_short(b)} should give {_short(want)}, got {_short(got)}. Cut at every "
+        "boundary of a and of b, take the elementwise max on each piece, then join neighbouring pieces with equal "
+        "vectors.")
+
+
+def _short(segs, limit=200):
+    text = "[" + ", ".join(f"({lo}, {hi}, {[int(v) for v in np.ravel(vec)]})" for lo, hi, vec in segs) + "]"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 @question("ex05_4", points=3, title="Merge vector clocks kept per key range", names=("merge_clocks",))
 def ex05_4(ns):
     """``merge_clocks(a, b)``: two lists of segments ``(lo, hi, vec)`` covering the same ``[0, K)``."""
     fn = ns["merge_clocks"]
-    assert_merge(fn, [(0, 10, [1, 0])], [(0, 10, [0, 2])])
-    assert_merge(fn, [(0, 5, [1, 0]), (5, 10, [2, 0])], [(0, 3, [0, 4]), (3, 10, [0, 1])])
+    assert_merge(fn, [(0, 10, [1, 0])], [(0, 10, [0, 2])], [(0, 10, [1, 2])])
+    assert_merge(fn, [(0, 5, [1, 0]), (5, 10, [2, 0])], [(0, 3, [0, 4]), (3, 10, [0, 1])],
+                 [(0, 3, [1, 4]), (3, 5, [1, 1]), (5, 10, [2, 1])])
+    assert_merge(fn, [(0, 4, [1, 1]), (4, 9, [2, 0])], [(0, 2, [1, 1]), (2, 9, [2, 1])],
+                 [(0, 2, [1, 1]), (2, 9, [2, 1])])                     # equal neighbours are joined

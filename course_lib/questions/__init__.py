@@ -42,7 +42,7 @@ def num(x, digits: int = 6) -> str:
     if isinstance(x, (Integral, np.integer)):
         return str(int(x))
     if isinstance(x, Fraction):
-        return f"{x} (= {float(x):.{digits}g})"
+        return str(x) if x.denominator == 1 else f"{x} (= {float(x):.{digits}g})"
     try:
         return f"{float(x):.{digits}g}"
     except (TypeError, ValueError):

@@ -1,7 +1,13 @@
-"""Lesson 06 checks: tensor-parallel layers and the pipeline bubble.
+"""Lesson 06, tensor-parallel layers and the pipeline bubble: visible checks.
 
-Each check runs your function in real worker processes (a small Cluster) and compares
-with the single-process network of :mod:`course_lib.model_parallel.mlp`.
+ex06_1  column_parallel_forward(comm, X, W1_shard, b1_shard, gather)   this worker's hidden units (or all)
+ex06_2  row_parallel_forward(comm, A_shard, W2_shard, b2)              the whole output Y on every worker
+ex06_3  row_parallel_backward(comm, A_shard, W2_shard, dY)             (dW2_shard, db2, dA_shard), no traffic
+ex06_4  predicted_bubble(p, m)                                         idle fraction of the GPipe schedule
+ex06_5  measured_bubble(timeline, p)                                   idle fraction of a run's timeline
+
+Each layer runs in real worker processes (a small Cluster); the expected values of the small
+network below are written out.
 """
 from __future__ import annotations
 
@@ -10,180 +16,218 @@ from fractions import Fraction
 import numpy as np
 
 from course_lib.grading import question
-from course_lib.model_parallel import (allgather_bytes, allreduce_bytes, bubble_formula, pipeline_step,
-                                       backward, forward, init_deep, init_mlp, make_data, shard_mlp)
+from course_lib.grading.student import harness
+from course_lib.questions import (as_array, as_number, as_sequence, assert_unchanged, num, readable, shown, worst)
 
 TOL = 1e-10
+CHECK_TIMEOUT = 6.0  # seconds a check's cluster run may take
+
+# ------------------------------------------------------------------------------ the small network
+#: Batch of 2, 3 inputs, 5 hidden units, 2 outputs. Hidden units are split over the workers in
+#: contiguous ranges, the first ones one longer: on 2 workers columns 0:3 and 3:5, on 3 workers 0:2, 2:4, 4:5.
+X = [[1.0, -1.0, 0.5], [0.0, 2.0, -0.5]]
+W1 = [[0.5, -0.25, 0.0, 1.0, -1.0], [0.25, 0.5, -0.5, 0.0, 0.75], [-1.0, 0.0, 0.5, 0.25, 0.5]]
+B1 = [0.0, 0.1, -0.2, 0.3, 0.0]
+#: tanh(X W1 + b1)
+A = [[-0.24491866240370913, -0.5716699660851172, 0.5005202111902353, 0.8906373655681185, -0.9051482536448665],
+     [0.7615941559557649, 0.8004990217606297, -0.8956928738431645, 0.1732351578346601, 0.8482836399575129]]
+#: A hidden activation given to the row-parallel layer, its weights and bias, and an output gradient.
+A_IN = [[0.5, -1.0, 0.25, 0.0, 1.0], [1.0, 0.5, -0.5, 2.0, -0.25]]
+W2 = [[1.0, 0.0], [0.5, -1.0], [0.0, 2.0], [-0.5, 0.25], [1.0, 1.0]]
+B2 = [0.5, -0.25]
+DY = [[0.25, -0.5], [1.0, 0.75]]
+Y = [[1.5, 2.25], [0.5, -1.5]]                                              # A_IN W2 + b2
+DW2 = [[1.125, 0.5], [0.25, 0.875], [-0.4375, -0.5], [2.0, 1.5], [0.0, -0.6875]]   # A_IN^T dY
+DB2 = [1.25, 0.25]                                                          # dY summed over the batch
+DA = [[0.25, 0.625, -1.0, -0.25, -0.25], [1.0, -0.25, 1.5, -0.3125, 1.75]]  # dY W2^T
 
 
-def _cluster(p):
+def params(W1=W1, b1=B1, W2=W2, b2=B2):
+    return {"W1": np.asarray(W1, float), "b1": np.asarray(b1, float), "W2": np.asarray(W2, float),
+            "b2": np.asarray(b2, float)}
+
+
+# ------------------------------------------------------------------------------ the harness
+def _tp_worker(comm, fn, which, params, inputs):
+    from course_lib.model_parallel import shard_mlp
+
+    s = shard_mlp(params, comm.size, comm.rank)
+    a, b = s["cols"]
+    if which == "col":
+        names, args = ["X", "W1_shard", "b1_shard"], [np.array(inputs["X"]), s["W1"], s["b1"]]
+        extra = [bool(inputs["gather"])]
+    elif which == "row_fwd":
+        names, args, extra = ["A_shard", "W2_shard", "b2"], [np.array(inputs["A"])[:, a:b], s["W2"], s["b2"]], []
+    else:
+        names, args = ["A_shard", "W2_shard", "dY"], [np.array(inputs["A"])[:, a:b], s["W2"], np.array(inputs["dY"])]
+        extra = []
+    before = [x.copy() for x in args]
+    out = fn(comm, *args, *extra)
+    return readable(out), (a, b), names, before, args
+
+
+@harness
+def run_tp(fn, which, params, inputs, p):
+    """Run one tensor-parallel layer (``which``: col, row_fwd, row_bwd) on p workers.
+
+    Returns (per-rank (result, cols, argument names, arguments before, arguments after), total bytes)."""
     from course_lib import Cluster
-    return Cluster(p, timeout=30.0)
+
+    with Cluster(p, timeout=CHECK_TIMEOUT) as cluster:
+        res = cluster.run(_tp_worker, fn, which, params, inputs)
+        return list(res), int(res.stats.total_bytes)
 
 
-def _net(d_in=5, d_hidden=7, d_out=3, batch=6, seed=0):
-    params = init_mlp(d_in, d_hidden, d_out, seed=seed)
-    X, T = make_data(batch, d_in, d_out, seed=seed + 1)
-    cache = forward(params, X)
-    return params, X, T, cache, backward(params, cache, T)
+def _close(got, want, what, name):
+    got = as_array(got, f"{what}: {name}", shape=np.shape(want))
+    if not np.allclose(got, want, rtol=0, atol=TOL):
+        raise AssertionError(f"{what}: {worst(got, want, name)}.")
 
 
-def _col_worker(comm, f, params, X, gather):
-    s = shard_mlp(params, comm.size, comm.rank)
-    out = f(comm, X, s["W1"], s["b1"], gather)
-    return np.asarray(out), s["cols"]
+def _ranks(res, fname):
+    for r, (out, cols, names, before, after) in enumerate(res):
+        assert_unchanged(fname, names, before, after, on=f"on rank {r}")
+        yield r, out, tuple(cols)
 
 
-def _row_fwd_worker(comm, f, params, A):
-    s = shard_mlp(params, comm.size, comm.rank)
-    a, b = s["cols"]
-    return np.asarray(f(comm, A[:, a:b], s["W2"], s["b2"]))
-
-
-def _row_bwd_worker(comm, f, params, A, dY):
-    s = shard_mlp(params, comm.size, comm.rank)
-    a, b = s["cols"]
-    out = f(comm, A[:, a:b], s["W2"], dY)
-    if not (isinstance(out, tuple) and len(out) == 3):
-        raise AssertionError("row_parallel_backward must return a tuple (dW2_shard, db2, dA_shard)")
-    return tuple(np.asarray(x) for x in out), s["cols"]
-
-
-def _close(got, want, what):
-    got = np.asarray(got)
-    if got.shape != np.shape(want):
-        raise AssertionError(f"{what}: shape {got.shape}, expected {np.shape(want)}")
-    err = float(np.max(np.abs(got - want))) if got.size else 0.0
-    if not err <= TOL:
-        raise AssertionError(f"{what}: differs from the single-process network by {err:.3g}")
-
-
-def check_column_forward(f, p, gather, d_hidden=7):
-    params, X, T, cache, _ = _net(d_hidden=d_hidden)
-    with _cluster(p) as cluster:
-        res = cluster.run(_col_worker, f, params, X, gather)
-    for r, (out, (a, b)) in enumerate(res):
+# ------------------------------------------------------------------------------ ex06_1
+def check_column_forward(f, p, gather, params, X, A):
+    A = np.asarray(A, float)
+    res, total = run_tp(f, "col", params, {"X": np.asarray(X, float), "gather": gather}, p)
+    for r, out, (a, b) in _ranks(res, "column_parallel_forward"):
         if gather:
-            _close(out, cache["A"], f"rank {r} of {p}, gather=True: the full activation tanh(X W1 + b1)")
+            _close(out, A, f"rank {r} of {p}, gather=True, should return the full activation tanh(X W1 + b1)",
+                   "the result")
         else:
-            _close(out, cache["A"][:, a:b], f"rank {r} of {p}, gather=False: columns {a}:{b} of tanh(X W1 + b1)")
-    want = allgather_bytes(p, cache["A"].size) if gather else 0
-    if res.stats.total_bytes != want:
-        raise AssertionError(f"with p={p}, gather={gather} your workers sent {res.stats.total_bytes} bytes; "
-                             f"expected {want} (" + ("one ring allgather of the shards)" if gather
-                                                     else "no communication: every hidden unit is local)"))
+            _close(out, A[:, a:b], f"rank {r} of {p}, gather=False, should return its own hidden units, columns "
+                                   f"{a}:{b} of tanh(X W1 + b1)", "the result")
+    want = (p - 1) * A.size * 8 if gather else 0
+    assert total == want, (
+        f"with p={p}, gather={gather}, your workers should send {want} bytes ("
+        + ("one ring allgather of the shards, axis=1" if gather else "no communication: every hidden unit is local")
+        + f"); they sent {total}.")
 
 
-def check_row_forward(f, p, d_hidden=7):
-    params, X, T, cache, _ = _net(d_hidden=d_hidden)
-    with _cluster(p) as cluster:
-        res = cluster.run(_row_fwd_worker, f, params, cache["A"])
-    for r, Y in enumerate(res):
-        _close(Y, cache["Y"], f"rank {r} of {p}: Y = A W2 + b2 (every rank needs the whole Y; "
-                              "is each partial product summed over the workers, and b2 added once?)")
-    want = allreduce_bytes(p, cache["Y"].size)
-    if res.stats.total_bytes != want:
-        raise AssertionError(f"with p={p} your workers sent {res.stats.total_bytes} bytes; one ring "
-                             f"allreduce of Y sends {want}")
-
-
-def check_row_backward(f, p, d_hidden=7):
-    params, X, T, cache, g = _net(d_hidden=d_hidden)
-    dY = (cache["Y"] - T) / X.shape[0]
-    dA = dY @ params["W2"].T
-    with _cluster(p) as cluster:
-        res = cluster.run(_row_bwd_worker, f, params, cache["A"], dY)
-    for r, ((dW2, db2, dA_r), (a, b)) in enumerate(res):
-        _close(dW2, g["W2"][a:b], f"rank {r} of {p}: dW2_shard (rows {a}:{b} of A^T dY)")
-        _close(db2, g["b2"], f"rank {r} of {p}: db2 (sum of dY over the batch)")
-        _close(dA_r, dA[:, a:b], f"rank {r} of {p}: dA_shard (columns {a}:{b} of dY W2^T)")
-    if res.stats.total_bytes != 0:
-        raise AssertionError(f"your workers sent {res.stats.total_bytes} bytes; the row-parallel backward "
-                             "needs none, because dY is already the same on every worker")
-
-
-@question("ex06_1", points=2, title="Column-parallel forward",
-          names=("column_parallel_forward",), timeout=60)
+@question("ex06_1", points=2, title="Column-parallel forward", names=("column_parallel_forward",))
 def ex06_1(ns):
     """column_parallel_forward(comm, X, W1_shard, b1_shard, gather): this worker's hidden units,
     or all of them (ring_allgather) when gather is True."""
     f = ns["column_parallel_forward"]
-    check_column_forward(f, 2, gather=False)
-    check_column_forward(f, 3, gather=True)
+    check_column_forward(f, 2, False, params(), X, A)
+    check_column_forward(f, 3, True, params(), X, A)
 
 
-@question("ex06_2", points=2, title="Row-parallel forward",
-          names=("row_parallel_forward",), timeout=60)
+# ------------------------------------------------------------------------------ ex06_2
+def check_row_forward(f, p, params, A_in, Y):
+    Y = np.asarray(Y, float)
+    res, total = run_tp(f, "row_fwd", params, {"A": np.asarray(A_in, float)}, p)
+    for r, out, _ in _ranks(res, "row_parallel_forward"):
+        _close(out, Y, f"rank {r} of {p} should return the whole Y = A W2 + b2 (the partial products summed over "
+                       "the workers, and b2 added once)", "Y")
+    want = 2 * (p - 1) * Y.size * 8
+    assert total == want, (f"with p={p}, your workers should send {want} bytes (one ring allreduce of the "
+                           f"partial products, {Y.size} numbers), they sent {total}.")
+
+
+@question("ex06_2", points=2, title="Row-parallel forward", names=("row_parallel_forward",))
 def ex06_2(ns):
     """row_parallel_forward(comm, A_shard, W2_shard, b2): the whole output Y on every worker."""
-    f = ns["row_parallel_forward"]
-    check_row_forward(f, 3)
+    check_row_forward(ns["row_parallel_forward"], 3, params(), A_IN, Y)
 
 
-@question("ex06_3", points=2, title="Row-parallel backward",
-          names=("row_parallel_backward",), timeout=60)
+# ------------------------------------------------------------------------------ ex06_3
+def check_row_backward(f, p, params, A_in, dY, dW2, db2, dA):
+    dW2, db2, dA = (np.asarray(v, float) for v in (dW2, db2, dA))
+    res, total = run_tp(f, "row_bwd", params, {"A": np.asarray(A_in, float), "dY": np.asarray(dY, float)}, p)
+    for r, out, (a, b) in _ranks(res, "row_parallel_backward"):
+        g_w, g_b, g_a = as_sequence(out, 3, f"rank {r}'s result (dW2_shard, db2, dA_shard)", kinds=(tuple, list))
+        _close(g_w, dW2[a:b], f"rank {r} of {p}: dW2_shard should be rows {a}:{b} of A^T dY", "dW2_shard")
+        _close(g_b, db2, f"rank {r} of {p}: db2 should be dY summed over the batch", "db2")
+        _close(g_a, dA[:, a:b], f"rank {r} of {p}: dA_shard should be columns {a}:{b} of dY W2^T", "dA_shard")
+    assert total == 0, (f"the row-parallel backward needs no communication (dY is already the same on every "
+                        f"worker), but your workers sent {total} bytes.")
+
+
+@question("ex06_3", points=2, title="Row-parallel backward", names=("row_parallel_backward",))
 def ex06_3(ns):
     """row_parallel_backward(comm, A_shard, W2_shard, dY) -> (dW2_shard, db2, dA_shard)."""
-    f = ns["row_parallel_backward"]
-    check_row_backward(f, 3)
+    check_row_backward(ns["row_parallel_backward"], 3, params(), A_IN, DY, DW2, DB2, DA)
 
 
+# ------------------------------------------------------------------------------ ex06_4
 def check_predicted(f, cases):
-    for p, m in cases:
+    """``cases``: [(p, m, the idle fraction as a Fraction)]."""
+    for p, m, want in cases:
         got = f(p, m)
-        want = bubble_formula(p, m)
-        if isinstance(got, Fraction):
-            ok = got == want
-        else:
-            ok = abs(float(got) - float(want)) <= 1e-12
-        if not ok:
-            raise AssertionError(f"predicted_bubble({p}, {m}) = {got}, expected {float(want):.6g}: "
-                                 "the fraction of stage-time slots that are idle in the GPipe schedule")
+        val = as_number(got, f"predicted_bubble({p}, {m})")
+        ok = got == want if isinstance(got, Fraction) else abs(val - float(want)) <= 1e-12
+        assert ok, (f"predicted_bubble({p}, {m}) should be {want} = {num(float(want))}, the fraction of the "
+                    f"stage-time slots that are idle under GPipe; got {num(got)}.")
 
 
-@question("ex06_4", points=1, title="Bubble fraction, predicted",
-          names=("predicted_bubble",), timeout=20)
+@question("ex06_4", points=1, title="Bubble fraction, predicted", names=("predicted_bubble",))
 def ex06_4(ns):
     """predicted_bubble(p, m): idle fraction of a p-stage pipeline with m micro-batches."""
-    check_predicted(ns["predicted_bubble"], [(1, 4), (2, 1), (4, 4), (4, 8), (3, 5)])
+    check_predicted(ns["predicted_bubble"], [(1, 4, Fraction(0)), (2, 1, Fraction(1, 2)), (4, 4, Fraction(3, 7)),
+                                             (4, 8, Fraction(3, 11)), (3, 5, Fraction(2, 7))])
 
 
-def synthetic_timeline(p, m, t=1.0, offset=0.0, extra=True):
-    """An ideal GPipe timeline (compute events only, plus some send/recv noise)."""
-    from course_lib.trace import Event
-    from course_lib.model_parallel import simulate
-    sim = simulate("gpipe", p, m)
-    ev = [Event(s, "compute", offset + a * t, offset + b * t, f"{op}{i}") for s, op, i, a, b in sim["events"]]
-    if extra:
-        ev += [Event(s, "recv", offset + 0.1 * t, offset + 0.3 * t, "recv", (s + 1) % p, 64) for s in range(p)]
+# ------------------------------------------------------------------------------ ex06_5
+def gpipe_events(p, m, t=1.0, offset=0.0, extra=True):
+    """The ideal GPipe timeline as plain tuples (rank, kind, start, end, label, peer, nbytes).
+
+    Forwards F0..F(m-1), then backwards in reverse order; each op takes t, messages no time.
+    With ``extra``, every stage also waits in a recv near the start (not compute)."""
+    ev = []
+    for s in range(p):
+        ev += [(s, "compute", offset + (s + i) * t, offset + (s + i + 1) * t, f"F{i}", -1, 0) for i in range(m)]
+        for k in range(m):
+            start = (p + m - 1) + k + (p - 1 - s)
+            ev.append((s, "compute", offset + start * t, offset + (start + 1) * t, f"B{m - 1 - k}", -1, 0))
+        if extra:
+            ev.append((s, "recv", offset + 0.1 * t, offset + 0.3 * t, "recv", (s + 1) % p, 64))
     return ev
 
 
-def check_measured(f, p, m, offset=0.0):
-    got = float(f(synthetic_timeline(p, m, 0.5, offset), p))
-    want = float(bubble_formula(p, m))
-    if abs(got - want) > 1e-9:
-        raise AssertionError(f"on an ideal GPipe timeline with p={p}, m={m} (first compute at t={offset}) "
-                             f"your measured_bubble gives {got:.6g}, expected {want:.6g}; use only the "
-                             "'compute' events, span = last end - first start, and p stages")
+@harness
+def run_measured(fn, events, p):
+    """``fn(timeline, p)`` on the Timeline of the given events; returns its result."""
+    from course_lib.trace import Event, Timeline
+
+    return readable(fn(Timeline(Event(*e) for e in events), p))
 
 
-def check_measured_real(f, p, m):
+@harness
+def run_measured_real(fn, p, m, t_op=0.05):
+    """A real GPipe step on p processes with ops padded to t_op seconds; returns fn(res.timeline, p)."""
+    from course_lib import Cluster
+    from course_lib.model_parallel import init_deep, make_data, pipeline_step
+
     layers = init_deep([4] + [6] * (p - 1) + [2], seed=3)
     X, T = make_data(8, 4, 2, seed=4)
-    with _cluster(p) as cluster:
-        res = cluster.run(pipeline_step, layers, X, T, m, "gpipe", t_f=0.05, t_b=0.05)
-    got = float(f(res.timeline, p))
-    want = float(bubble_formula(p, m))
-    if not abs(got - want) <= 0.2 * want:
-        raise AssertionError(f"on a real {p}-stage run with m={m} your measured_bubble gives {got:.4g}; "
-                             f"the formula says {want:.4g} (within 20% expected)")
+    with Cluster(p, timeout=CHECK_TIMEOUT) as cluster:
+        res = cluster.run(pipeline_step, layers, X, T, m, "gpipe", t_f=t_op, t_b=t_op)
+    return readable(fn(res.timeline, p))
 
 
-@question("ex06_5", points=2, title="Bubble fraction, measured",
-          names=("measured_bubble",), timeout=60)
+def check_measured(f, p, m, want, offset=0.0):
+    got = as_number(run_measured(f, gpipe_events(p, m, 0.5, offset), p), "measured_bubble's result")
+    assert abs(got - float(want)) <= 1e-9, (
+        f"on an ideal GPipe timeline with p={p}, m={m} (first compute at t={num(offset)} s, plus some recv events), "
+        f"measured_bubble should give {num(float(want))}, got {num(got)}: use only the 'compute' events, the span "
+        "from the first one's start to the last one's end, and p stages.")
+
+
+def check_measured_real(f, p, m, want):
+    got = as_number(run_measured_real(f, p, m), "measured_bubble's result")
+    assert abs(got - float(want)) <= 0.2 * float(want), (
+        f"on a real {p}-stage GPipe run with m={m}, measured_bubble should be within 20% of {num(float(want), 4)}; "
+        f"got {num(got, 4)}.")
+
+
+@question("ex06_5", points=2, title="Bubble fraction, measured", names=("measured_bubble",))
 def ex06_5(ns):
     """measured_bubble(timeline, p): idle fraction of the compute events of a run."""
     f = ns["measured_bubble"]
-    check_measured(f, 3, 4)
-    check_measured_real(f, 3, 4)
+    check_measured(f, 3, 4, Fraction(1, 3))
+    check_measured_real(f, 3, 4, Fraction(1, 3))

@@ -1,40 +1,53 @@
-"""Instructor checks of lesson 06 (more worker counts, uneven shards, offsets)."""
+"""Lesson 06: instructor-only checks (more worker counts, uneven shards, offsets, a longer pipeline)."""
+import numpy as np
+
 from course_lib.grading import hidden_check
-from course_lib.questions.ex06 import (check_column_forward, check_measured, check_measured_real,
-                                       check_predicted, check_row_backward, check_row_forward)
+from course_lib.model_parallel import backward, bubble_formula, forward, init_mlp, make_data
+from course_lib.questions.ex06 import (check_column_forward, check_measured, check_measured_real, check_predicted,
+                                       check_row_backward, check_row_forward)
+
+
+def network(d_hidden, seed=0, d_in=5, d_out=3, batch=6):
+    params = init_mlp(d_in, d_hidden, d_out, seed=seed)
+    X, T = make_data(batch, d_in, d_out, seed=seed + 1)
+    cache = forward(params, X)
+    return params, X, T, cache
 
 
 @hidden_check("ex06_1")
-def ex06_1_more(ns):
+def more_workers(ns):
     f = ns["column_parallel_forward"]
-    check_column_forward(f, 1, gather=True)
-    check_column_forward(f, 4, gather=True, d_hidden=10)   # uneven shards 3,3,2,2
-    check_column_forward(f, 4, gather=False, d_hidden=10)
+    for p, gather, d_hidden in ((1, True, 7), (4, True, 10), (4, False, 10)):    # 10 over 4: 3, 3, 2, 2
+        params, X, _, cache = network(d_hidden, seed=p)
+        check_column_forward(f, p, gather, params, X, cache["A"])
 
 
 @hidden_check("ex06_2")
-def ex06_2_more(ns):
+def more_workers_forward(ns):
     f = ns["row_parallel_forward"]
-    check_row_forward(f, 1)
-    check_row_forward(f, 2)
-    check_row_forward(f, 4, d_hidden=10)
+    for p, d_hidden in ((1, 7), (2, 7), (4, 10)):
+        params, X, _, cache = network(d_hidden, seed=10 + p)
+        check_row_forward(f, p, params, cache["A"], cache["Y"])
 
 
 @hidden_check("ex06_3")
-def ex06_3_more(ns):
+def more_workers_backward(ns):
     f = ns["row_parallel_backward"]
-    check_row_backward(f, 2)
-    check_row_backward(f, 4, d_hidden=10)
+    for p, d_hidden in ((2, 7), (4, 10)):
+        params, X, T, cache = network(d_hidden, seed=20 + p)
+        g = backward(params, cache, T)
+        dY = (cache["Y"] - T) / X.shape[0]
+        check_row_backward(f, p, params, cache["A"], dY, g["W2"], g["b2"], dY @ params["W2"].T)
 
 
 @hidden_check("ex06_4")
-def ex06_4_more(ns):
-    check_predicted(ns["predicted_bubble"], [(p, m) for p in (1, 2, 5, 8) for m in (1, 3, 16, 64)])
+def more_shapes(ns):
+    check_predicted(ns["predicted_bubble"], [(p, m, bubble_formula(p, m)) for p in (1, 2, 5, 8) for m in (1, 3, 16, 64)])
 
 
 @hidden_check("ex06_5")
-def ex06_5_more(ns):
+def offsets_and_a_longer_pipeline(ns):
     f = ns["measured_bubble"]
-    check_measured(f, 4, 8, offset=2.5)
-    check_measured(f, 2, 1, offset=0.7)
-    check_measured_real(f, 4, 6)
+    check_measured(f, 4, 8, bubble_formula(4, 8), offset=2.5)
+    check_measured(f, 2, 1, bubble_formula(2, 1), offset=0.7)
+    check_measured_real(f, 4, 6, bubble_formula(4, 6))

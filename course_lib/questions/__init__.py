@@ -52,7 +52,7 @@ def num(x, digits: int = 6) -> str:
 def shown(x, limit: int = SHOWN_CHARS) -> str:
     """A short description of a value the student's code returned (at most ``limit`` characters)."""
     if isinstance(x, dict) and set(x) == {NOT_PLAIN}:
-        text = f"a {x[NOT_PLAIN]} object"
+        text = f"an object of type {x[NOT_PLAIN]} (not plain data)"
     elif x is None:
         text = "None"
     elif isinstance(x, (bool, np.bool_)):

@@ -9,7 +9,7 @@ import numpy as np
 from course_lib.grading import question
 from course_lib.grading.student import harness
 from course_lib.questions import (as_number, as_sequence, assert_unchanged, call_keeping_inputs, num, readable,
-                                  shown)
+                                  same, shown)
 
 CHECK_TIMEOUT = 6.0  # seconds a check's cluster run may take (these runs take well under one)
 
@@ -99,7 +99,7 @@ def run_ring(fn, n_workers, token):
 def assert_ring(fn, n_workers, token, want):
     """Rank 0 must return ``want``, the others None, after one message per link of the ring."""
     res, m = run_ring(fn, n_workers, token)
-    assert res[0] == want, (
+    assert same(res[0], want), (
         f"on a ring of {n_workers}, rank 0 should get back {shown(want)}, got {shown(res[0])}. "
         "Rank r receives from (r-1) % size and sends to (r+1) % size.")
     others = [r for r in range(1, n_workers) if res[r] is not None]

@@ -10,8 +10,7 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import (as_array, as_number, assert_unchanged, call_keeping_inputs, num, readable, shown,
-                                  worst)
+from course_lib.questions import as_array, as_number, assert_unchanged, call_keeping_inputs, num, readable, shown
 
 CHECK_TIMEOUT = 6.0  # seconds a check's cluster run may take (these runs take well under one)
 
@@ -40,10 +39,15 @@ def ex01_1(ns):
 
 
 # ------------------------------------------------------------------------------ ex01_2
+def shard_ranges(n, m):
+    """[(lo, hi)] of m contiguous shards of n rows with np.array_split's sizes (the first ones longer)."""
+    sizes = [n // m + (1 if k < n % m else 0) for k in range(m)]
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    return [(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])]
+
+
 def _map_in_worker(comm, fn, X, y, w):
     """Each rank maps its shard (np.array_split sizes) of the shared data, as views."""
-    from course_lib.mapreduce import shard_ranges
-
     lo, hi = shard_ranges(len(X), comm.size)[comm.rank]
     return readable(fn(np.asarray(X)[lo:hi], np.asarray(y)[lo:hi], w))
 
@@ -61,8 +65,6 @@ def run_map(fn, X, y, w, n_workers):
 
 def assert_map(fn, X, y, w, n_workers, want):
     """Rank r's partial sum must be ``want[r]``; the shared X and y must be left as they were."""
-    from course_lib.mapreduce import shard_ranges
-
     X, y, w = (np.asarray(a, dtype=float) for a in (X, y, w))
     partials, X_after, y_after = run_map(fn, X, y, w, n_workers)
     assert_unchanged("map_gradient", ["X_shard", "y_shard"], [X, y], [X_after, y_after])

@@ -11,8 +11,7 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import (as_array, as_int, as_number, assert_unchanged, call_keeping_inputs, num, readable,
-                                  shown, worst)
+from course_lib.questions import as_array, as_int, as_number, assert_unchanged, num, readable, shown, worst
 
 CHECK_TIMEOUT = 6.0  # seconds a check's run on processes may take (these take well under one)
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import (as_array, as_int, as_number, call_keeping_inputs, num, readable, shown, worst)
+from course_lib.questions import as_array, as_int, as_number, call_keeping_inputs, num, readable, worst
 
 CHECK_TIMEOUT = 5.0  # seconds a gossip run may take (these take well under one)
 
@@ -126,7 +126,9 @@ def _gossip_driver(comm, step, W, x0, steps):
     for _ in range(steps):
         before, wbefore = x.copy(), dict(weights)
         out = step(comm, x, weights)
-        changed = changed or not np.array_equal(x, before) or weights != wbefore
+        changed = changed or not np.array_equal(x, before, equal_nan=True) or weights != wbefore
+        if not isinstance(out, (np.ndarray, list, tuple)) or np.shape(out) != x.shape:
+            return readable(out), changed
         try:
             x = np.array(out, dtype=float)
         except (TypeError, ValueError):
@@ -158,7 +160,7 @@ def check_gossip_step(step, n, edges, W, steps, d, name, seed=4):
         deg[i] += 1
         deg[j] += 1
     for i, got in enumerate(finals):
-        got = as_array(got, f"on a {name}, node {i}'s value after {steps} steps", shape=(d,))
+        got = as_array(got, f"on a {name}, node {i}'s value (what gossip_step returns)", shape=(d,))
         assert np.allclose(got, want[i], rtol=0, atol=1e-12), (
             f"on a {name}, after {steps} steps node {i} should hold row {i} of W^t x0, but its "
             f"{worst(got, want[i], 'x')}: each step returns W_ii x_i + the sum over neighbours j of W_ij x_j, "

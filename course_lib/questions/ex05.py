@@ -63,6 +63,8 @@ def assert_filter(fn, keys, residual, theta, want_keys, want_values, want_kept):
                              kinds=(tuple, list))
     head = f"keys {shown(keys, 40)}, residual {shown(residual, 50)}, theta={num(theta)}"
     k = as_array(k, f"{head}: send_keys", kinds="iu")
+    if k.ndim != 1:
+        raise AssertionError(f"{head}: send_keys should be a 1-D array of keys, got {shown(k)}.")
     assert k.tolist() == list(want_keys), (
         f"{head}: send exactly the keys whose |residual| > theta, in key order: expected {list(want_keys)}, "
         f"got {k.tolist()}.")

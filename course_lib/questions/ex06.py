@@ -17,7 +17,7 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import (as_array, as_number, as_sequence, assert_unchanged, num, readable, shown, worst)
+from course_lib.questions import as_array, as_number, as_sequence, assert_unchanged, num, readable, worst
 
 TOL = 1e-10
 CHECK_TIMEOUT = 6.0  # seconds a check's cluster run may take
@@ -48,10 +48,22 @@ def params(W1=W1, b1=B1, W2=W2, b2=B2):
 
 
 # ------------------------------------------------------------------------------ the harness
-def _tp_worker(comm, fn, which, params, inputs):
-    from course_lib.model_parallel import shard_mlp
+def hidden_ranges(n, p):
+    """Contiguous ranges of the n hidden units over p workers, the first n % p ones one longer."""
+    sizes = [n // p + (1 if k < n % p else 0) for k in range(p)]
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    return [(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])]
 
-    s = shard_mlp(params, comm.size, comm.rank)
+
+def shard(params, p, rank):
+    """What worker ``rank`` of p holds: its columns of W1 and b1, its rows of W2, a copy of b2."""
+    a, b = hidden_ranges(np.shape(params["W1"])[1], p)[rank]
+    return {"W1": np.array(params["W1"])[:, a:b], "b1": np.array(params["b1"])[a:b],
+            "W2": np.array(params["W2"])[a:b, :], "b2": np.array(params["b2"]), "cols": (a, b)}
+
+
+def _tp_worker(comm, fn, which, params, inputs):
+    s = shard(params, comm.size, comm.rank)
     a, b = s["cols"]
     if which == "col":
         names, args = ["X", "W1_shard", "b1_shard"], [np.array(inputs["X"]), s["W1"], s["b1"]]
@@ -161,7 +173,7 @@ def check_predicted(f, cases):
         got = f(p, m)
         val = as_number(got, f"predicted_bubble({p}, {m})")
         ok = got == want if isinstance(got, Fraction) else abs(val - float(want)) <= 1e-12
-        assert ok, (f"predicted_bubble({p}, {m}) should be {want} = {num(float(want))}, the fraction of the "
+        assert ok, (f"predicted_bubble({p}, {m}) should be {num(want)}, the fraction of the "
                     f"stage-time slots that are idle under GPipe; got {num(got)}.")
 
 

@@ -21,24 +21,13 @@ from dataclasses import dataclass
 import cloudpickle
 import numpy as np
 
+from course_lib.reference.ex03 import hogwild_worker  # question ex03_3
+
 from .problems import SparseProblem, sample_order, serial_sparse_sgd, sparse_loss
 
 
-def hogwild_worker(w, idx, val, y, order, lr):
-    """Lock-free SGD steps on the samples in ``order``; ``w`` is the shared vector (in place).
-
-    One step on sample i touches only its support ``j = idx[i]``:
-    ``w[j] -= lr * (val[i] . w[j] - y[i]) * val[i]``. Returns the number of updates.
-    """
-    for i in order:
-        j = idx[i]
-        v = val[i]
-        w[j] -= lr * (v @ w[j] - y[i]) * v
-    return len(order)
-
-
 def timed_worker(w, idx, val, y, order, lr, lock=None):
-    """:func:`hogwild_worker` (or the locked loop) that also records each update's time span.
+    """:func:`hogwild_worker` (or the locked loop), one sample at a time, recording each update's time span.
 
     Returns ``{"n": count, "spans": (count, 2) array of perf_counter (read, written)}``, from
     which :func:`collisions` counts the updates that overlapped a conflicting one.
@@ -48,16 +37,15 @@ def timed_worker(w, idx, val, y, order, lr, lock=None):
     spans = np.empty((len(order), 2))
     clock = _time.perf_counter
     for k, i in enumerate(order):
-        j = idx[i]
-        v = val[i]
+        one = (i,)
         if lock is None:
             spans[k, 0] = clock()
-            w[j] -= lr * (v @ w[j] - y[i]) * v
+            hogwild_worker(w, idx, val, y, one, lr)
             spans[k, 1] = clock()
         else:
             with lock:
                 spans[k, 0] = clock()
-                w[j] -= lr * (v @ w[j] - y[i]) * v
+                hogwild_worker(w, idx, val, y, one, lr)
                 spans[k, 1] = clock()
     return {"n": len(order), "spans": spans}
 
@@ -93,12 +81,10 @@ def collisions(result: "HogwildResult", problem: SparseProblem) -> float:
 
 
 def locked_worker(w, idx, val, y, order, lr, lock):
-    """The same steps, each one inside ``with lock:`` (read and write of w as one unit)."""
+    """The steps of :func:`hogwild_worker`, each one inside ``with lock:`` (read and write of w as one unit)."""
     for i in order:
-        j = idx[i]
-        v = val[i]
         with lock:
-            w[j] -= lr * (v @ w[j] - y[i]) * v
+            hogwild_worker(w, idx, val, y, (i,), lr)
     return len(order)
 
 

@@ -1,7 +1,7 @@
 """Problems and single-process baselines for lesson 03.
 
-Least squares, loss ``f(w) = 1/(2n) * ||X w - y||^2``, gradient on a minibatch B:
-``g_B(w) = X_B^T (X_B w - y_B) / |B|``.
+Least squares, loss ``f(w) = 1/(2n) * ||X w - y||^2``, and its gradient on a minibatch B
+(:func:`batch_gradient`).
 
 The sparse problem of Hogwild! (Recht et al. 2011) stores every row with a fixed number
 of non-zeros: ``idx[i]`` (column indices, distinct) and ``val[i]`` (values), so one
@@ -50,9 +50,13 @@ def loss(X, y, w) -> float:
     return float(r @ r) / (2 * len(y))
 
 
-def gradient(X, y, w):
-    """Mean gradient ``X^T (X w - y) / n`` of the rows given."""
-    return X.T @ (X @ w - y) / len(y)
+def batch_gradient(X, y, rows, w):
+    """Mean least-squares gradient over the minibatch ``rows`` of X and y, at w.
+
+    The step each worker of the asynchronous server (and :func:`serial_sgd`) takes. The full
+    gradient of lesson 01 is question ex01_1: see :mod:`course_lib.reference.ex01`."""
+    Xb, yb = X[rows], y[rows]
+    return Xb.T @ (Xb @ w - yb) / len(yb)
 
 
 def shards(n: int, n_shards: int):
@@ -80,7 +84,7 @@ def serial_sgd(X, y, n_updates: int, lr: float, batch_size: int, seed: int = 0, 
     losses = [loss(X, y, w)]
     for _ in range(n_updates):
         b = rng.choice(rows, batch_size)
-        w -= lr * gradient(X[b], y[b], w)
+        w -= lr * batch_gradient(X, y, b, w)
         losses.append(loss(X, y, w))
     return w, np.array(losses)
 
@@ -153,12 +157,12 @@ def sample_order(n: int, n_updates: int, seed: int = 0):
 
 
 def serial_sparse_sgd(idx, val, y, d: int, order, lr: float, w0=None):
-    """Plain SGD over the samples in ``order``, one sample per update (the Hogwild! baseline)."""
+    """Plain SGD over the samples in ``order``, one sample per update (the Hogwild! baseline):
+    the Hogwild! worker loop (question ex03_3) run alone, in this process, on a private vector."""
+    from course_lib.reference.ex03 import hogwild_worker
+
     w = np.zeros(d) if w0 is None else np.array(w0, dtype=np.float64)
-    for i in order:
-        j = idx[i]
-        v = val[i]
-        w[j] -= lr * (v @ w[j] - y[i]) * v
+    hogwild_worker(w, idx, val, y, order, lr)
     return w
 
 

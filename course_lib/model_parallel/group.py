@@ -6,14 +6,17 @@ ranks return at once and send nothing, so traffic and timelines are those of p w
 """
 from __future__ import annotations
 
+import numpy as np
+
 __all__ = ["FirstRanks", "run_on"]
 
 
 class FirstRanks:
     """Ranks ``0..size-1`` of ``comm`` seen as a communicator of their own.
 
-    Point-to-point only (``send``, ``recv``, ``sendrecv``, ``compute``, ``stats``, ``now``):
-    ranks are the same numbers, so messages need no translation.
+    Point-to-point (``send``, ``recv``, ``sendrecv``, ``compute``, ``stats``, ``now``), and the
+    one collective this lesson's layers use, ``allreduce(x, algorithm="ring")``: ranks are the
+    same numbers, so messages need no translation.
     """
 
     def __init__(self, comm, size: int):
@@ -45,6 +48,18 @@ class FirstRanks:
     @property
     def stats(self):
         return self._comm.stats
+
+    def allreduce(self, sendobj, algorithm="ring"):
+        """Sum over the group, on every rank: the ring of :mod:`.exchange` (reduce-scatter, then
+        allgather), which moves the same bytes as the runtime's ``comm.allreduce(x, algorithm="ring")``."""
+        if algorithm != "ring":
+            raise ValueError(f"a group of the first ranks only has the ring allreduce, not {algorithm!r}")
+        from .exchange import ring_allgather, ring_reduce_scatter
+
+        x = np.asarray(sendobj)
+        if self.size == 1:
+            return x.copy()
+        return ring_allgather(self, ring_reduce_scatter(self, x.reshape(-1)), axis=0).reshape(x.shape)
 
 
 def _on_first(comm, p, fn, args, kwargs):

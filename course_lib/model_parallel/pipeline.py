@@ -28,6 +28,9 @@ from fractions import Fraction
 
 import numpy as np
 
+from course_lib.reference.ex06 import measured_bubble as _measured_bubble  # question ex06_5
+from course_lib.reference.ex06 import predicted_bubble  # question ex06_4
+
 from .mlp import layer_backward, layer_forward
 
 __all__ = ["SCHEDULES", "stage_ops", "simulate", "bubble_formula", "measured_bubble",
@@ -63,9 +66,10 @@ def stage_ops(kind: str, p: int, m: int, s: int):
 
 
 def bubble_formula(p: int, m: int) -> Fraction:
-    """``(p - 1) / (m + p - 1)`` as an exact fraction."""
+    """``(p - 1) / (m + p - 1)`` as an exact fraction: question ex06_4
+    (:func:`course_lib.reference.ex06.predicted_bubble`), with its inputs checked."""
     p, m = _check(p, m)
-    return Fraction(p - 1, m + p - 1)
+    return predicted_bubble(p, m)
 
 
 def simulate(kind: str, p: int, m: int, t_f=1, t_b=1):
@@ -121,18 +125,16 @@ def simulate(kind: str, p: int, m: int, t_f=1, t_b=1):
 
 
 def measured_bubble(timeline, p: int | None = None, labels=("F", "B")) -> float:
-    """Idle fraction of a real run: ``1 - sum(compute time) / (p * span)``.
-
-    Uses the ``compute`` events whose label starts with one of ``labels``; ``span``
-    runs from the first such event's start to the last one's end.
+    """Idle fraction of a real run: ``1 - sum(compute time) / (p * span)``, question ex06_5
+    (:func:`course_lib.reference.ex06.measured_bubble`) on the ``compute`` events whose label
+    starts with one of ``labels``; ``span`` runs from the first one's start to the last one's end.
+    ``p`` defaults to the number of ranks with such events.
     """
     ev = [e for e in timeline if e.kind == "compute" and str(e.label).startswith(tuple(labels))]
     if not ev:
         raise ValueError("the timeline has no compute events labelled " + "/".join(labels))
     p = len({e.rank for e in ev}) if p is None else int(p)
-    span = max(e.end for e in ev) - min(e.start for e in ev)
-    busy = sum(e.end - e.start for e in ev)
-    return float(1.0 - busy / (p * span))
+    return float(_measured_bubble(ev, p))
 
 
 def stage_layers(n_layers: int, p: int):

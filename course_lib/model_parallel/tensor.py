@@ -24,7 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .exchange import ring_allgather, ring_allreduce, ring_reduce_scatter
+# The layers themselves are questions ex06_1 to ex06_3 (course_lib.reference.ex06).
+from course_lib.reference.ex06 import column_parallel_forward, row_parallel_backward
+from course_lib.reference.ex06 import row_parallel_forward as _row_parallel_forward
+
+from .exchange import ring_reduce_scatter
 from .mlp import loss as mse_loss
 
 __all__ = ["split_ranges", "shard_mlp", "column_parallel_forward", "row_parallel_forward",
@@ -54,38 +58,22 @@ def shard_mlp(params: dict, p: int, rank: int) -> dict:
             "cols": (a, b)}
 
 
-def column_parallel_forward(comm, X, W1_shard, b1_shard, gather: bool = False):
-    """``tanh(X W1_shard + b1_shard)``: this worker's hidden units for the whole batch.
-
-    With ``gather=True`` the shards of all workers are allgathered (ring) into the full
-    ``(B, Hd)`` activation; otherwise no communication at all.
-    """
-    A_shard = np.tanh(np.asarray(X) @ W1_shard + b1_shard)
-    return ring_allgather(comm, A_shard, axis=1) if gather else A_shard
-
-
 def row_parallel_forward(comm, A_shard, W2_shard, b2, scatter: bool = False):
-    """``Y = sum_r A_r W2_r + b2`` on every worker: local partial product, ring allreduce,
-    then the bias once (adding it before the reduction would count it p times).
+    """``Y = sum_r A_r W2_r + b2`` on every worker: question ex06_2
+    (:func:`course_lib.reference.ex06.row_parallel_forward`).
 
     With ``scatter=True`` worker r only gets its block of rows of Y (the rows
     ``np.array_split(range(B), p)[r]``): a reduce-scatter, half the bytes of the allreduce.
     """
-    partial = np.asarray(A_shard) @ W2_shard
-    if scatter:
-        return ring_reduce_scatter(comm, partial) + b2
-    return ring_allreduce(comm, partial) + b2
-
-
-def row_parallel_backward(comm, A_shard, W2_shard, dY):
-    """``(dW2_shard, db2, dA_shard)``; no communication since dY is replicated."""
-    return A_shard.T @ dY, dY.sum(0), dY @ W2_shard.T
+    if not scatter:
+        return _row_parallel_forward(comm, A_shard, W2_shard, b2)
+    return ring_reduce_scatter(comm, np.asarray(A_shard) @ W2_shard) + b2
 
 
 def column_parallel_backward(comm, X, W1_shard, A_shard, dA_shard, need_dX: bool = True):
-    """``(dW1_shard, db1_shard, dX)``; dX is a sum over workers (ring allreduce)."""
+    """``(dW1_shard, db1_shard, dX)``; dX is a sum over workers (the runtime's ring allreduce)."""
     dH = dA_shard * (1.0 - A_shard * A_shard)
-    dX = ring_allreduce(comm, dH @ W1_shard.T) if need_dX else None
+    dX = comm.allreduce(dH @ W1_shard.T, algorithm="ring") if need_dX else None
     return np.asarray(X).T @ dH, dH.sum(0), dX
 
 

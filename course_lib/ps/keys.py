@@ -49,7 +49,7 @@ def slice_request(points, keys, values=None, val_len: int = 1):
 
     ``np.concatenate`` of the key slices gives back ``keys`` (and the same for values)."""
     keys = np.asarray(keys, dtype=np.int64)
-    seg = np.searchsorted(np.asarray(points), keys, side="left")   # len(points) = wrap part of arc 0
+    seg = arc_of(points, keys)          # sorted keys: arcs 0, 1, ..., then arc 0 again for the wrapping tail
     bounds = np.flatnonzero(np.diff(seg)) + 1
     starts = np.concatenate([[0], bounds]) if keys.size else np.zeros(0, dtype=int)
     ends = np.concatenate([bounds, [keys.size]]) if keys.size else np.zeros(0, dtype=int)

@@ -56,7 +56,7 @@ import numpy as np
 
 from course_lib.comm import PeerLost
 
-from .consistency import INF
+from .consistency import INF, may_read
 from .filters import soft_threshold
 from .join import JoinSide, check_config
 from .keys import check_request, slice_request
@@ -325,7 +325,7 @@ def serve(comm, cfg: PSConfig) -> dict:
         lo = float(np.min(clocks)) if W else INF
         keep = []
         for w, ts, t, pieces, arrived in deferred:
-            if cfg.tau == INF or lo >= t - cfg.tau:
+            if may_read(t, [lo], cfg.tau):      # the bounded-delay gate, over the slowest clock
                 reads.append((w, t, lo, time.perf_counter() - arrived))
                 send(("vals", ts, [(pid, pack(store[keys].ravel(), cfg.compress) if cfg.compress else store[keys].ravel().copy())
                                    for pid, _, keys, _ in pieces]), S + w)

@@ -16,26 +16,17 @@ import hashlib
 
 import numpy as np
 
+from course_lib.reference.ex05 import ring_lookup  # question ex05_1
+
 
 def _h(text: str, n_keys: int) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") % n_keys
 
 
-def ring_lookup(points, owners, key):
-    """Owner of ``key``: the owner of the first point ``>= key``, wrapping to ``points[0]``.
-
-    ``points`` sorted ascending, ``owners[i]`` the server of ``points[i]``; ``key`` an int or an array."""
-    points = np.asarray(points)
-    i = np.searchsorted(points, key, side="left")
-    i = np.where(i == len(points), 0, i)          # past the last point: wrap around to the first
-    out = np.asarray(owners)[i]
-    return out if np.ndim(key) else int(out)
-
-
 def arc_of(points, keys) -> np.ndarray:
-    """Index of the arc (= of its point) each key belongs to, wrapping to 0."""
-    i = np.searchsorted(np.asarray(points), keys, side="left")
-    return np.where(i == len(points), 0, i)
+    """Index of the arc (= of its point) each key belongs to, wrapping to 0: the lookup on a ring
+    whose point i is owned by 'server' i."""
+    return ring_lookup(points, np.arange(len(points)), keys)
 
 
 class HashRing:
@@ -80,6 +71,7 @@ class HashRing:
         return r
 
     def lookup(self, keys):
+        """The server of a key, or of each key of an array."""
         return ring_lookup(self.points, self.owners, keys)
 
     def arcs(self, keys) -> np.ndarray:

@@ -1,0 +1,84 @@
+"""Lesson 02, collective communication: reference answers (instructor-only, see :mod:`course_lib.reference`).
+
+ex02_1  ring_allreduce(comm, x)                               reduce-scatter + allgather around a ring
+ex02_2  rd_allgather(comm, x)                                 recursive-doubling allgather, p a power of two
+ex02_3  merge_stats(a, b)                                     merge two (count, mean, M2) summaries
+ex02_4  ring_allreduce_time(p, n_bytes, alpha, beta, gamma)   the alpha-beta-gamma cost of ex02_1
+
+SyncBatchNorm (:mod:`course_lib.syncbn`) reduces its statistics with :func:`merge_stats`;
+:func:`course_lib.costs.predict` takes the ring allreduce's time from :func:`ring_allreduce_time`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def ring_allreduce(comm, x):
+    """Element-wise sum of ``x`` over all ranks, on every rank, talking only to ring neighbours.
+
+    Cut x into p chunks (np.array_split of the flattened array); p-1 reduce-scatter steps
+    (send chunk r-s-1 right, add what comes from the left into chunk r-s-2), then p-1 allgather
+    steps (send chunk r-s, store the one from the left as chunk r-s-1). One sendrecv per step:
+    2(p-1) messages per rank and 2(p-1) n itemsize bytes in all. Keeps x's shape and dtype."""
+    x = np.asarray(x)
+    p, r = comm.size, comm.rank
+    if p == 1:
+        return x.copy()
+    left, right = (r - 1) % p, (r + 1) % p
+    chunks = [c.copy() for c in np.array_split(x.reshape(-1), p)]
+    for s in range(p - 1):
+        got = comm.sendrecv(chunks[(r - s - 1) % p], dest=right, source=left)
+        k = (r - s - 2) % p
+        chunks[k] = chunks[k] + got
+    for s in range(p - 1):
+        chunks[(r - s - 1) % p] = comm.sendrecv(chunks[(r - s) % p], dest=right, source=left)
+    return np.concatenate(chunks).astype(x.dtype, copy=False).reshape(x.shape)
+
+
+def rd_allgather(comm, x):
+    """Every rank's x, as a list in rank order, in lg p rounds (p a power of two).
+
+    Round k: exchange with partner r ^ 2^k everything held so far (the 2^k blocks of the aligned
+    group of r), concatenated into one array; cut what comes back into blocks."""
+    x = np.asarray(x)
+    p, r = comm.size, comm.rank
+    if p & (p - 1):
+        raise ValueError(f"recursive doubling needs a power of two ranks, got {p}")
+    blocks = {r: x}
+    k = 1
+    while k < p:
+        partner = r ^ k
+        mine = sorted(blocks)
+        got = comm.sendrecv(np.concatenate([blocks[i].reshape(-1) for i in mine]), dest=partner, source=partner)
+        theirs = sorted(i ^ k for i in mine)
+        for i, piece in zip(theirs, np.split(np.asarray(got), len(theirs))):
+            blocks[i] = piece.reshape(x.shape)
+        k *= 2
+    return [blocks[i] for i in range(p)]
+
+
+def merge_stats(a, b):
+    """Chan, Golub & LeVeque (1979): the (count, mean, M2) of the union of two shards, exactly.
+
+    n = na + nb, d = mb - ma, mean = ma + d nb / n, M2 = M2a + M2b + d^2 na nb / n; feature-wise
+    on arrays, and a shard of count 0 changes nothing."""
+    na, ma, m2a = a
+    nb, mb, m2b = b
+    if na == 0:
+        return b
+    if nb == 0:
+        return a
+    n = na + nb
+    d = mb - ma
+    mean = ma + d * (nb / n)
+    m2 = m2a + m2b + d * d * (na * nb / n)
+    return n, mean, m2
+
+
+def ring_allreduce_time(p, n_bytes, alpha, beta, gamma):
+    """Seconds of :func:`ring_allreduce` on p ranks for an n-byte vector (Thakur et al. 2005).
+
+    2(p-1) steps of one message each; every step moves a chunk of n/p bytes, and the p-1
+    reduce-scatter steps also add one chunk."""
+    steps = 2 * (p - 1)
+    return steps * alpha + steps / p * n_bytes * beta + (p - 1) / p * n_bytes * gamma

@@ -1,0 +1,70 @@
+"""Lesson 05, inside the parameter server: reference answers (instructor-only, see :mod:`course_lib.reference`).
+
+ex05_1  ring_lookup(points, owners, key)               consistent hashing: first point >= key, wrapping
+ex05_2  may_read(t, clocks, tau)                       the bounded-delay (SSP) gate
+ex05_3  significantly_modified(keys, residual, theta)  the filter: send big entries, keep the rest
+ex05_4  merge_clocks(a, b)                             merge two vector clocks kept per key range
+
+The parameter server (:mod:`course_lib.ps`) routes keys with :func:`ring_lookup`, gates its
+reads with :func:`may_read`, filters pushes with :func:`significantly_modified` and merges its
+range clocks with :func:`merge_clocks`.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def ring_lookup(points, owners, key):
+    """Owner of ``key``: the owner of the first point >= key, wrapping around to points[0].
+
+    ``points`` sorted ascending, ``owners[i]`` the server of ``points[i]``; point i owns the
+    arc (points[i-1], points[i]], and the arc of points[0] also takes the keys after the last
+    point. The question asks for one integer key (returns an int); the library also looks up an
+    array of keys at once (returns an array): see ``ELEMENTWISE`` in :mod:`course_lib.reference`."""
+    i = np.searchsorted(np.asarray(points), key, side="left")
+    i = np.where(i == len(points), 0, i)          # past the last point: wrap around to the first
+    out = np.asarray(owners)[i]
+    return out if np.ndim(key) else int(out)
+
+
+def may_read(t, clocks, tau):
+    """True if a worker at clock ``t`` may read: the slowest worker is at most tau behind,
+    ``min(clocks) >= t - tau``. tau = 0 is sequential, tau = inf eventual (never wait)."""
+    if tau == math.inf:
+        return True
+    return bool(min(clocks) >= t - tau)
+
+
+def significantly_modified(keys, residual, theta):
+    """Split ``residual`` (aligned with ``keys``) into ``(send_keys, send_values, kept)``.
+
+    Send the entries with |r_k| > theta, in key order; ``kept`` is the residual with those
+    entries zeroed: the small ones stay, to go out once they add up. Nothing is lost."""
+    keys = np.asarray(keys)
+    residual = np.asarray(residual, dtype=np.float64)
+    mask = np.abs(residual) > theta
+    return keys[mask], residual[mask], np.where(mask, 0.0, residual)
+
+
+def merge_clocks(a, b):
+    """Merge two range vector clocks ``[(lo, hi, vec), ...]`` over the same key space.
+
+    Cut at every boundary of either clock, take the elementwise max on each piece, and join
+    neighbouring pieces whose vectors are equal (as few segments as possible)."""
+    cuts = sorted({s[0] for s in a} | {s[1] for s in a} | {s[0] for s in b} | {s[1] for s in b})
+    out, i, j = [], 0, 0
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        if lo >= hi:
+            continue
+        while a[i][1] <= lo:
+            i += 1
+        while b[j][1] <= lo:
+            j += 1
+        v = np.maximum(np.asarray(a[i][2]), np.asarray(b[j][2]))
+        if out and out[-1][1] == lo and np.array_equal(out[-1][2], v):
+            out[-1] = (out[-1][0], hi, out[-1][2])
+        else:
+            out.append((lo, hi, v))
+    return out

@@ -1,9 +1,9 @@
 """Lesson 03: instructor-only checks (more workers, other inputs, the cost of an update)."""
 import numpy as np
 
-from course_lib.async_ps import (ServerState, apply_update, expected_backup_wait, hogwild_worker, make_least_squares,
-                                 make_sparse_problem, run_serial, sample_order, staleness_aware_lr)
+from course_lib.async_ps import ServerState, make_least_squares, make_sparse_problem, run_serial, sample_order
 from course_lib.grading import hidden_check
+from course_lib.reference.ex03 import apply_update, expected_wait, hogwild_worker, staleness_aware_lr
 from course_lib.questions.ex03 import (STEPS, assert_applies, assert_hogwild_support, check_expected_wait,
                                        check_hogwild_processes, check_lr_values, run_time_per_update,
                                        run_train_async, time_per_update)
@@ -62,4 +62,4 @@ def another_problem_more_processes_and_the_cost(ns):
 @hidden_check("ex03_4")
 def more_waits(ns):
     cases = [(10, 0, 1.0), (10, 5, 3.0), (2, 8, 0.1), (1, 1, 1.0)]
-    check_expected_wait(ns["expected_wait"], [(n, b, mu, expected_backup_wait(n, b, mu)) for n, b, mu in cases])
+    check_expected_wait(ns["expected_wait"], [(n, b, mu, expected_wait(n, b, mu)) for n, b, mu in cases])

@@ -2,8 +2,8 @@
 import networkx as nx
 import numpy as np
 
-from course_lib.gossip.mixing import iterations_to_eps, metropolis_hastings, mixing_rate
 from course_lib.grading import hidden_check
+from course_lib.reference.ex04 import iterations_to_reach, metropolis_weights, mixing_rate
 from course_lib.questions.ex04 import check_gossip_step, check_iterations, check_mh_on, check_rate
 
 
@@ -19,7 +19,7 @@ def more_graphs(ns):
               ("random graph", nx.erdos_renyi_graph(15, 0.3, seed=5)),
               ("path of 5", nx.path_graph(5))]
     for name, G in graphs:
-        check_mh_on(fn, G.number_of_nodes(), edges_of(G), name, metropolis_hastings(G, warn=False))
+        check_mh_on(fn, G.number_of_nodes(), edges_of(G), name, metropolis_weights(G))
 
 
 @hidden_check("ex04_2")
@@ -42,7 +42,7 @@ def more_matrices(ns):
 def other_graphs(ns):
     step = ns["gossip_step"]
     G = nx.lollipop_graph(4, 2)                                        # a clique and a tail: unequal weights
-    check_gossip_step(step, G.number_of_nodes(), edges_of(G), metropolis_hastings(G, warn=False), steps=4, d=3,
+    check_gossip_step(step, G.number_of_nodes(), edges_of(G), metropolis_weights(G), steps=4, d=3,
                       name="lollipop graph", seed=5)
 
 
@@ -50,7 +50,7 @@ def other_graphs(ns):
 def more_cases_and_the_measured_error(ns):
     fn = ns["iterations_to_reach"]
     cases = [(0.5, 2.0 ** -k) for k in (1, 3, 17, 40)] + [(0.75, 0.75 ** 11), (0.3, 1e-9), (0.999, 0.5)]
-    check_iterations(fn, [(r, eps, iterations_to_eps(r, eps)) for r, eps in cases])
+    check_iterations(fn, [(r, eps, iterations_to_reach(r, eps)) for r, eps in cases])
     W = np.zeros((16, 16))
     for i in range(16):
         W[i, (i + 1) % 16] = W[(i + 1) % 16, i] = 1 / 3

@@ -1,10 +1,9 @@
 """Lesson 06: instructor-only checks (more worker counts, uneven shards, offsets, a longer pipeline)."""
-import numpy as np
-
 from course_lib.grading import hidden_check
-from course_lib.model_parallel import backward, bubble_formula, forward, init_mlp, make_data
+from course_lib.model_parallel import backward, forward, init_mlp, make_data
 from course_lib.questions.ex06 import (check_column_forward, check_measured, check_measured_real, check_predicted,
                                        check_row_backward, check_row_forward)
+from course_lib.reference.ex06 import predicted_bubble
 
 
 def network(d_hidden, seed=0, d_in=5, d_out=3, batch=6):
@@ -42,12 +41,12 @@ def more_workers_backward(ns):
 
 @hidden_check("ex06_4")
 def more_shapes(ns):
-    check_predicted(ns["predicted_bubble"], [(p, m, bubble_formula(p, m)) for p in (1, 2, 5, 8) for m in (1, 3, 16, 64)])
+    check_predicted(ns["predicted_bubble"], [(p, m, predicted_bubble(p, m)) for p in (1, 2, 5, 8) for m in (1, 3, 16, 64)])
 
 
 @hidden_check("ex06_5")
 def offsets_and_a_longer_pipeline(ns):
     f = ns["measured_bubble"]
-    check_measured(f, 4, 8, bubble_formula(4, 8), offset=2.5)
-    check_measured(f, 2, 1, bubble_formula(2, 1), offset=0.7)
-    check_measured_real(f, 4, 6, bubble_formula(4, 6))
+    check_measured(f, 4, 8, predicted_bubble(4, 8), offset=2.5)
+    check_measured(f, 2, 1, predicted_bubble(2, 1), offset=0.7)
+    check_measured_real(f, 4, 6, predicted_bubble(4, 6))

@@ -46,6 +46,9 @@ class Question:
         return (doc or self.title).strip()
 
 
+#: The most seconds a question's checks (visible and hidden together) may take when grading.
+MAX_QUESTION_TIMEOUT = 20.0
+
 _REGISTRY: Dict[str, Question] = {}
 _PENDING_HIDDEN: Dict[str, List[Callable]] = {}
 
@@ -71,6 +74,9 @@ def question(qid: str, points: float = 1, title: str = "", names: Sequence[str] 
     of that question (the first one carries the points, title and statement).
     """
     lesson_of(qid)
+    if not 0 < timeout <= MAX_QUESTION_TIMEOUT:
+        raise ValueError(f"{qid}: a question's checks get at most {MAX_QUESTION_TIMEOUT:g} s, not {timeout!r} "
+                         "(so that a hanging answer costs little)")
 
     def deco(fn):
         q = _REGISTRY.get(qid)

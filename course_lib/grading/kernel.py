@@ -27,7 +27,7 @@ import sys
 from . import channel
 from .checking import QuestionTimeout, time_limit
 from .plain import PlainDataError
-from .student import describe_exception, resolve_harness, swap_student_functions
+from .student import describe_exception, resolve_harness, student_label, swap_student_functions
 
 
 def _seed(seed: int) -> None:
@@ -113,8 +113,9 @@ class Kernel:
 
     def harness(self, msg: dict) -> dict:
         fn = resolve_harness(msg["ref"])
+        label = student_label(tuple(msg["args"]), dict(msg["kwargs"]), msg["ref"].rsplit(":", 1)[-1])
         args, kwargs = swap_student_functions(tuple(msg["args"]), dict(msg["kwargs"]), self.ns.__getitem__)
-        return self._run(msg["ref"].rsplit(":", 1)[-1], msg, fn, args, kwargs)
+        return self._run(label, msg, fn, args, kwargs)
 
 
 def serve(in_fd: int, out_fd: int) -> None:

@@ -52,7 +52,7 @@ from .checking import QuestionResult, run_question
 from .plain import PlainDataError
 from .registry import Question
 from .student import (KernelLost, NotPlainData, Observed, StudentCode, StudentError, StudentFunction,
-                      to_plain_args)
+                      student_label, to_plain_args)
 
 GRACE = 3.0             # seconds past a limit before the grader kills the sandbox
 STARTUP_LIMIT = 60.0    # seconds for the kernel to start (imports)
@@ -439,7 +439,7 @@ class RemoteCode(StudentCode):
     def run_harness(self, ref, args, kwargs):
         args, kwargs = to_plain_args(args, kwargs)
         reply = self._ask({"op": "harness", "ref": ref, "args": args, "kwargs": kwargs})
-        return self._answer(ref.rsplit(":", 1)[-1], reply)
+        return self._answer(student_label(args, kwargs, ref.rsplit(":", 1)[-1]), reply)
 
     @staticmethod
     def _answer(name: str, reply: dict):

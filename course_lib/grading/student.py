@@ -168,6 +168,16 @@ def describe_exception(name: str, exc: BaseException) -> StudentError:
     return StudentError(name, type(exc).__name__, message[:2000], text[-6000:], exception_kinds(exc))
 
 
+def student_label(args: tuple, kwargs: dict, default: str) -> str:
+    """The name of the first student function among a harness's arguments (for messages)."""
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, StudentFunction):
+            return a.name
+        if isinstance(a, dict) and set(a) == {"__student__"}:
+            return str(a["__student__"])
+    return default
+
+
 def swap_student_functions(args: tuple, kwargs: dict, lookup) -> Tuple[tuple, dict]:
     """Replace every :class:`StudentFunction` (or its marker) by ``lookup(name)``."""
     def one(a):
@@ -208,12 +218,13 @@ class LocalCode(StudentCode):
     def run_harness(self, ref, args, kwargs):
         fn = resolve_harness(ref)
         args, kwargs = roundtrip(_markers(args)), roundtrip(_markers(kwargs))
+        label = student_label(args, kwargs, ref.rsplit(":", 1)[-1])
         args, kwargs = swap_student_functions(args, kwargs, self._function)
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001
-            raise describe_exception(ref.rsplit(":", 1)[-1], exc) from None
-        return _back(ref, result)
+            raise describe_exception(label, exc) from None
+        return _back(label, result)
 
 
 def _markers(x):

@@ -42,3 +42,10 @@ grade: $(STAMP)
 
 clean-shm: $(STAMP)
 	$(BIN)/python -m course_lib.shm --sweep
+
+# The student release: notebooks, exercises and a course_lib without the reference answers, in
+# $(RELEASE)/ and $(RELEASE).tar.gz (python -m course_lib.release --out DIR).
+RELEASE ?= release
+.PHONY: release
+release: $(STAMP)
+	$(BIN)/python -m course_lib.release --out $(RELEASE)

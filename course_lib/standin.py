@@ -1,0 +1,307 @@
+"""Run a student's own answer where the student release of the course leaves the reference out.
+
+In the release (``make release``, :mod:`course_lib.release`) every module
+``course_lib/reference/exNN.py`` holds *stand-ins*: functions with the names and parameters of
+the functions the exercise questions ask for, whose body is one call to :func:`call`. It finds
+the lesson's exercise notebook, ``exercises/NN_name.ipynb`` next to the release's ``course_lib``
+folder (or in the folder ``$COURSE_EXERCISES`` names), takes from it
+
+* the top-level ``def`` of that name,
+* the notebook's top-level import statements,
+* the top-level functions, classes and constant assignments that def uses (transitively),
+
+executes them in a fresh module (again whenever the notebook file changes on disk) and calls
+the function. So a part of a lesson that needs, say, the Metropolis-Hastings weights runs on the
+weights the student wrote. A question not solved yet (no notebook, no such function, or the
+exercise's ``raise NotImplementedError("exNN_k: ...")`` still in it) raises
+``NotImplementedError`` saying which exercise to solve.
+
+Worker processes, under fork, spawn or forkserver, get a stand-in like any library function
+(by reference: ``course_lib.reference.exNN`` is importable there) and load the notebook
+themselves. Only saved notebooks count: save the exercise notebook after editing it.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import json
+import linecache
+import os
+import symtable
+import threading
+import time
+import types
+from pathlib import Path
+
+from .reference import ELEMENTWISE, NOTEBOOKS, lesson_of
+
+#: Environment variable naming the folder of the exercise notebooks (default: ``exercises/``
+#: next to the ``course_lib`` folder), or one exercise notebook.
+ENV = "COURSE_EXERCISES"
+#: Seconds between two looks at a notebook file's modification time.
+RECHECK_S = 0.5
+
+
+class _Unset:
+    """The default of a stand-in's optional parameters: "not given, use the student's default"."""
+
+    def __repr__(self):
+        return "<default>"
+
+
+UNSET = _Unset()
+
+_lock = threading.RLock()
+_cache: dict = {}               # notebook path -> _Loaded
+_active = threading.local()     # stand-ins running in this thread (a student's answer calling itself)
+
+
+def _reset_after_fork():
+    global _lock
+    _lock = threading.RLock()
+    _active.__dict__.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+class _Loaded:
+    def __init__(self, stamp, module, unparsed):
+        self.stamp, self.module, self.unparsed = stamp, module, unparsed
+        self.checked = time.monotonic()
+
+
+def exercises_dir() -> Path:
+    """Where the exercise notebooks are looked for."""
+    env = os.environ.get(ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path(__file__).resolve().parent.parent / "exercises"
+
+
+def notebook_path(lesson: str):
+    """The exercise notebook of ``lesson``, or None if there is none."""
+    where = exercises_dir()
+    if where.suffix == ".ipynb":
+        return where if where.is_file() else None
+    p = where / NOTEBOOKS.get(lesson, "")
+    if lesson in NOTEBOOKS and p.is_file():
+        return p
+    found = sorted(where.glob(f"{lesson}_*.ipynb")) if where.is_dir() else []
+    return found[0] if found else None
+
+
+def message(qid: str, name: str) -> str:
+    """What a student reads when a lesson needs an answer they have not written yet."""
+    lesson = lesson_of(qid)
+    nb = NOTEBOOKS.get(lesson, f"{lesson}_*.ipynb")
+    return (f"{name} is what exercise {qid} asks you to write, and this release of the course leaves it out: "
+            f"solve {qid} in exercises/{nb}, then run this cell again; this part of the lesson then runs on "
+            "your code.")
+
+
+# -- reading a notebook ----------------------------------------------------------------------
+
+def _code_cells(path: Path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for k, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        src = cell.get("source", "")
+        if isinstance(src, list):
+            src = "".join(src)
+        # IPython magics and shell escapes are not Python: blank them, keeping line numbers.
+        lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in src.split("\n")]
+        yield k, "\n".join(lines)
+
+
+_SAFE_CALL_ROOTS = {"np", "numpy", "math", "fractions", "Fraction", "int", "float", "complex", "str", "bool",
+                    "tuple", "list", "dict", "set", "frozenset", "range", "len", "abs", "min", "max", "sorted"}
+
+
+def _call_root(func) -> str:
+    while isinstance(func, ast.Attribute):
+        func = func.value
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def _constant(value) -> bool:
+    """An assignment's value a def may rely on: literals, names, arithmetic, and calls of numpy,
+    math or builtin constructors only (nothing that runs the notebook's own code or a cluster)."""
+    for node in ast.walk(value):
+        if isinstance(node, (ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr, ast.Lambda)):
+            return False
+        if isinstance(node, ast.Call) and _call_root(node.func) not in _SAFE_CALL_ROOTS:
+            return False
+    return True
+
+
+def _targets(stmt) -> list:
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    out = []
+    for t in targets:
+        for node in ast.walk(t):
+            if isinstance(node, ast.Name):
+                out.append(node.id)
+    return out
+
+
+def _names_used(stmt) -> set:
+    """The global names a top-level statement uses: what its functions read from the module (not
+    their parameters and locals), and what its decorators, defaults or value read at top level."""
+    table = symtable.symtable(ast.unparse(stmt), "<cell>", "exec")
+    out = set()
+
+    def walk(t, top):
+        for sym in t.get_symbols():
+            if (top and sym.is_referenced()) or (not top and sym.is_global()):
+                out.add(sym.get_name())
+        for child in t.get_children():
+            walk(child, False)
+
+    walk(table, True)
+    return out
+
+
+def _extract(path: Path):
+    """(imports, {name: definition}, cells that do not parse), each statement as (order, cell, stmt, source)."""
+    imports, defs, unparsed = [], {}, []
+    order = 0
+    for k, src in _code_cells(path):
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            unparsed.append(k)
+            continue
+        for stmt in tree.body:
+            order += 1
+            item = (order, k, stmt, src)
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                imports.append(item)
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defs[stmt.name] = item
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for name in _targets(stmt):
+                    # a later assignment that is not a constant hides an earlier constant
+                    if isinstance(stmt, ast.AugAssign) or stmt.value is None or not _constant(stmt.value):
+                        defs.pop(name, None)
+                    else:
+                        defs[name] = item
+    return imports, defs, unparsed
+
+
+def _execute(module, item, path: Path):
+    order, k, stmt, src = item
+    filename = f"<{path.name}, cell {k}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # tracebacks show the lines
+    code = compile(ast.Module(body=[stmt], type_ignores=[]), filename, "exec")
+    exec(code, module.__dict__)
+
+
+def _load(path: Path, lesson: str) -> _Loaded:
+    """The notebook's functions and what they need, executed in a fresh module (cached per file version)."""
+    st = path.stat()
+    stamp = (st.st_mtime_ns, st.st_size)
+    imports, defs, unparsed = _extract(path)
+    module = types.ModuleType(f"exercise_{lesson}")  # not in sys.modules: pickled by value if shipped
+    module.__dict__["__builtins__"] = builtins
+    module.__file__ = str(path)
+    module.__dict__["__defs__"] = defs
+    for item in imports:
+        try:
+            _execute(module, item, path)
+        except Exception:  # noqa: BLE001 - an import the wanted function does not need may fail here
+            pass
+    return _Loaded(stamp, module, unparsed)
+
+
+def _loaded(path: Path, lesson: str) -> _Loaded:
+    key = str(path)
+    with _lock:
+        entry = _cache.get(key)
+        now = time.monotonic()
+        if entry is not None and now - entry.checked < RECHECK_S:
+            return entry
+        st = path.stat()
+        if entry is None or entry.stamp != (st.st_mtime_ns, st.st_size):
+            entry = _load(path, lesson)
+            _cache[key] = entry
+        entry.checked = now
+        return entry
+
+
+def _define(entry: _Loaded, name: str, path: Path):
+    """Execute the def of ``name`` and, first, the definitions it uses; return the function."""
+    module = entry.module
+    fns = module.__dict__.setdefault("__functions__", {})
+    if name in fns:
+        return fns[name]
+    defs = module.__dict__["__defs__"]
+    if name not in defs or not isinstance(defs[name][2], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    wanted, todo = {name}, [name]
+    while todo:
+        for used in _names_used(defs[todo.pop()][2]):
+            if used in defs and used not in wanted:
+                wanted.add(used)
+                todo.append(used)
+    done = module.__dict__.setdefault("__done__", set())     # statements executed, by notebook order
+    for item in sorted((defs[n] for n in wanted), key=lambda it: it[0]):
+        if item[0] not in done:
+            _execute(module, item, path)
+            done.add(item[0])
+    fns[name] = module.__dict__[name]
+    return fns[name]
+
+
+def student_function(qid: str, name: str):
+    """The student's function ``name`` (question ``qid``), or NotImplementedError saying what to solve."""
+    lesson = lesson_of(qid)
+    path = notebook_path(lesson)
+    if path is None:
+        raise NotImplementedError(message(qid, name) + f" (No exercise notebook of lesson {lesson} in "
+                                  f"{exercises_dir()}; ${ENV} can name the folder that holds it.)")
+    entry = _loaded(path, lesson)
+    with _lock:
+        fn = _define(entry, name, path)
+    if fn is None:
+        extra = (f" (Cells {', '.join(map(str, entry.unparsed))} of {path.name} are not valid Python yet.)"
+                 if entry.unparsed else "")
+        raise NotImplementedError(message(qid, name) + extra)
+    return fn
+
+
+def call(qid: str, name: str, args: tuple, params: tuple):
+    """Call the student's answer to ``qid`` with a stand-in's arguments.
+
+    ``args`` are the stand-in's parameters in order, :data:`UNSET` where the caller gave none
+    (the student's own default then applies); ``params`` their names."""
+    fn = student_function(qid, name)
+    k = next((i for i, a in enumerate(args) if a is UNSET), len(args))
+    pos = tuple(args[:k])
+    kw = {p: a for p, a in zip(params[k:], args[k:]) if a is not UNSET}
+    stack = _active.__dict__.setdefault("stack", [])
+    if qid in stack:
+        raise NotImplementedError(
+            f"{name} (exercise {qid}) calls the library's {name}, which in this release of the course runs "
+            f"your {name} again: write it with your own code.")
+    stack.append(qid)
+    try:
+        at = ELEMENTWISE.get(qid)
+        if at is not None and at < len(pos) and getattr(pos[at], "ndim", 0) >= 1:
+            import numpy as np
+
+            many = np.asarray(pos[at])
+            out = [fn(*pos[:at], v, *pos[at + 1:], **kw) for v in many.ravel().tolist()]
+            return np.asarray(out).reshape(many.shape)
+        return fn(*pos, **kw)
+    except NotImplementedError as e:
+        if str(e).startswith(qid):  # the exercise's stub: "exNN_k: ..."
+            raise NotImplementedError(message(qid, name)) from None
+        raise
+    finally:
+        stack.pop()
+
+
+__all__ = ["ENV", "UNSET", "call", "exercises_dir", "message", "notebook_path", "student_function"]

@@ -584,7 +584,7 @@ def test_release_imports_without_make_and_says_what_to_solve(release):
     want = ("NIE metropolis_weights is what exercise ex04_1 asks you to write, and this release of the course "
             "leaves it out: solve ex04_1 in exercises/04_gossip.ipynb, then run this cell again; this part of "
             "the lesson then runs on your code.")
-    assert lines[1:] == [want, want]
+    assert len(lines) == 3 and all(line.startswith(want) for line in lines[1:]), lines
 
 
 def test_stand_ins_run_the_students_answer_in_workers(release, tmp_path):
@@ -616,21 +616,94 @@ def test_stand_ins_run_the_students_answer_in_workers(release, tmp_path):
         print(gs.spectrum(gs.metropolis_hastings(gs.ring(6))).r)
     """)
     assert float(out) == 0.125
+    # Where the library looks up many keys at once, the student's one-key ring_lookup runs per key.
+    shutil.copy(SOLUTIONS / "05_parameter_server_internals.ipynb", solved / "exercises")
+    out = _run_in(solved, """
+        import numpy as np
+        from course_lib.ps import HashRing
+        ring = HashRing(range(3), n_keys=500, vnodes=4)
+        keys = np.arange(500)
+        i = np.searchsorted(ring.points, keys)
+        print(bool((ring.lookup(keys) == ring.owners[np.where(i == len(ring.points), 0, i)]).all()),
+              ring.lookup(7) == ring.lookup(np.array([7]))[0])
+    """)
+    assert out.split() == ["True", "True"]
+    # A stand-in brings along what the student's def uses: lesson 06's row-parallel layer calls the
+    # notebook's own ring_allreduce helper.
+    shutil.copy(SOLUTIONS / "06_model_and_pipeline_parallel.ipynb", solved / "exercises")
+    out = _run_in(solved, """
+        import numpy as np
+        import course_lib as cl, course_lib.model_parallel as mp
+        if __name__ == "__main__":
+            params = mp.init_mlp(5, 7, 3, seed=0)
+            X, T = mp.make_data(6, 5, 3, seed=1)
+            with cl.Cluster(3, start_method="spawn") as c:
+                res = c.run(mp.tp_mlp_step, params, X, T)
+            print(max(float(np.abs(r["Y"] - mp.forward(params, X)["Y"]).max()) for r in res))
+    """)
+    assert float(out) < 1e-12
     # The unsolved exercise of another lesson still says what to solve, from worker processes too.
     out = _run_in(solved, """
         import numpy as np
         from course_lib import Cluster, WorkerError
-        from course_lib.model_parallel import column_parallel_forward
-        def layer(comm):
-            return column_parallel_forward(comm, np.ones((2, 3)), np.ones((3, 2)), np.zeros(2))
+        from course_lib.reference.ex02 import ring_allreduce
+        def reduce(comm):
+            return ring_allreduce(comm, np.ones(3))
         if __name__ == "__main__":
             with Cluster(2, start_method="spawn") as c:
                 try:
-                    c.run(layer)
+                    c.run(reduce)
                 except WorkerError as e:
-                    print("column_parallel_forward is what exercise ex06_1 asks you to write" in str(e))
+                    print("ring_allreduce is what exercise ex02_1 asks you to write" in str(e))
     """)
     assert out.split() == ["True"]
+
+
+def _notebook(path: Path, cells):
+    path.write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                                           "source": src} for src in cells],
+                                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+
+
+def test_stand_in_takes_the_def_and_what_it_uses(tmp_path, monkeypatch):
+    """The extraction itself, in this process: magics, helpers and constants, nothing that runs code."""
+    import numpy as np
+
+    from course_lib import standin
+    from course_lib.mapreduce import CostModel
+
+    monkeypatch.setenv(standin.ENV, str(tmp_path))
+    monkeypatch.setattr(standin, "RECHECK_S", 0.0)
+    monkeypatch.setattr(standin, "_cache", {})
+    monkeypatch.setattr(standin, "_found", {})
+    nb = tmp_path / "04_gossip.ipynb"
+    _notebook(nb, ["%matplotlib inline\nimport numpy as np\nSCALE = 2.0\n",
+                   "def _helper(x):\n    return x * SCALE\n",
+                   "W = mixing_rate(np.eye(2))   # runs the student's code: never executed by a stand-in\n",
+                   "def mixing_rate(W):\n    ev = 0.25\n    return float(_helper(ev))\n",
+                   "def gossip_step(comm, x, weights)\n    return x\n",           # not valid Python yet
+                   "def metropolis_weights(G):\n    import course_lib.gossip as gs\n    return gs.metropolis_hastings(G)\n"])
+    assert standin.call("ex04_2", "mixing_rate", (np.eye(3),), ("W",)) == 0.5
+    with pytest.raises(NotImplementedError, match="gossip_step is what exercise ex04_3 asks.*Cells 4 of 04_gossip"):
+        standin.call("ex04_3", "gossip_step", (None, 1.0, {}), ("comm", "x", "weights"))
+    import networkx as nx
+    monkeypatch.setattr("course_lib.gossip.mixing.metropolis_weights",
+                        lambda G: standin.call("ex04_1", "metropolis_weights", (G,), ("G",)))
+    with pytest.raises(NotImplementedError, match="calls the library's metropolis_weights"):
+        standin.call("ex04_1", "metropolis_weights", (nx.path_graph(3),), ("G",))
+    time.sleep(0.01)
+    _notebook(nb, ["def mixing_rate(W):\n    raise NotImplementedError('ex04_2: The rate')\n"])
+    with pytest.raises(NotImplementedError, match=r"^mixing_rate is what exercise ex04_2 .*save it after editing"):
+        standin.call("ex04_2", "mixing_rate", (np.eye(3),), ("W",))
+    # one value where the question has one (float(p)), many where the library draws a curve
+    _notebook(tmp_path / "01_mapreduce_gd.ipynb",
+              ["def comm_time(p, n_params, latency, bandwidth):\n"
+               "    return 2 * latency + (float(p) * 8 * n_params + 8 * (n_params + 1)) / bandwidth\n"])
+    monkeypatch.setattr("course_lib.mapreduce.cost.comm_time",
+                        lambda *a: standin.call("ex01_4", "comm_time", a, ("p", "n_params", "latency", "bandwidth")))
+    model = CostModel(t_compute=1.0, latency=1e-3, bandwidth=1e6, n_params=10)
+    got = model.communication(np.array([1, 2, 4]))
+    assert got.shape == (3,) and np.allclose(got, [2e-3 + (8 * 10 * p + 88) / 1e6 for p in (1, 2, 4)])
 
 
 if __name__ == "__main__":

@@ -233,9 +233,9 @@ def build(out="release", root: Path = ROOT, archive: bool = True) -> Path:
     out = Path(out).resolve()
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
         raise FileExistsError(f"{out} exists and is not a course release: give another --out")
-    if out == root or root in out.parents and out.name in ("course_lib", "notebooks", "exercises", "solutions",
-                                                           "tests"):
-        raise ValueError(f"refusing to build the release into {out}")
+    sources = [root] + [root / d for d in ("course_lib", "notebooks", "exercises", "solutions", "tests")]
+    if any(out == s or s in out.parents for s in sources[1:]) or out == root:
+        raise ValueError(f"refusing to build the release into {out}, a folder of the course itself")
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)

@@ -336,7 +336,8 @@ def test_hostile_submissions_read_no_secret(batch):
         leaked = [s for s in secrets if s in fb]
         assert not leaked, f"{fx.stem}: feedback carries hidden-check text {leaked[:2]}"
     row = batch["rows"]["00_hostile__read_secrets"]
-    assert "FOUND 0" in row["output_tail"], row["output_tail"][-500:]
+    message = next(q["message"] for q in row["questions"] if q["qid"] == "ex00_2")
+    assert "secrets found: 0" in message, message
 
 
 def test_scores_are_capped(batch):

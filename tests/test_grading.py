@@ -364,6 +364,46 @@ def test_a_hanging_answer_costs_at_most_one_question_limit(tmp_path):
     assert extra <= 20 + 8, extra
 
 
+def test_reports(batch):
+    out, rows = batch["out"], {k: batch["rows"][k] for k in batch["main"]}
+    with open(out / "scores.csv", newline="") as f:
+        table = list(csv.reader(f))
+    head = table[0]
+    qids = [q.qid for q in all_questions() if q.lesson in LESSONS]
+    assert head[0] == "submission" and head[-2:] == ["total", "max"] and sorted(head[1:-2]) == sorted(qids)
+    assert sorted(r[0] for r in table[1:]) == sorted(rows)
+    for r in table[1:]:
+        row = rows[r[0]]
+        assert float(r[-2]) == row["score"] and float(r[-1]) == row["max_score"]
+        assert sum(float(x) for x in r[1:-2] if x) == row["score"]
+    for sid, row in rows.items():
+        fb = json.loads((out / "feedback" / f"{sid}.json").read_text())
+        assert {"submission", "score", "max_score", "questions", "notes"} <= set(fb)
+        for q in fb["questions"]:
+            assert {"qid", "points", "max_points", "status", "message", "traceback"} <= set(q)
+        gs = json.loads((out / "results" / sid / "results.json").read_text())
+        assert gs["score"] == sum(t["score"] for t in gs["tests"]) == row["score"]
+        assert all({"name", "score", "max_score", "output", "status"} <= set(t) for t in gs["tests"])
+
+
+def test_command_line_is_deterministic(batch, tmp_path):
+    """`python -m course_lib.grade` on a solution and an exercise gives the batch's scores again."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for name in ("00_solution", "00_exercise"):
+        src = batch["subs"] / f"{name}.ipynb"
+        (subs / src.name).write_bytes(src.read_bytes())
+    out = tmp_path / "grades"
+    cp = subprocess.run([sys.executable, "-m", "course_lib.grade", str(subs), "--out", str(out), "--jobs", "2"],
+                        capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    with open(out / "scores.csv", newline="") as f:
+        got = {r["submission"]: r for r in csv.DictReader(f)}
+    for name in ("00_solution", "00_exercise"):
+        assert float(got[name]["total"]) == batch["rows"][name]["score"]
+        assert {k: float(v) for k, v in got[name].items() if k.startswith("ex")} == points(batch["rows"][name])
+
+
 def test_grading_without_a_sandbox_says_so(tmp_path):
     """Where bubblewrap cannot run, grading still works, says so plainly, and skips a cell calling os._exit."""
     ex = nbformat.read(EXERCISES / solution_of("00").name, as_version=4)

@@ -13,12 +13,11 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from .registry import Question, get_question, load_lesson
+from .registry import Question, get_question
 from .student import KernelLost, LocalCode, NotPlainData, StudentCode, StudentError
 
 #: Set in the grading subprocess: the notebook's own ``check()`` calls become no-ops there.

@@ -21,22 +21,18 @@ def sum_shard(comm, sa):
 
 
 def fit_latency_bandwidth(sizes, times):
-    """Least-squares fit of ``seconds = latency + nbytes / bandwidth``; returns (latency, bandwidth).
+    """Least-squares fit of ``time = latency + size / bandwidth``; returns (latency, bandwidth).
 
-    Message sizes span decades, and an ordinary fit in absolute seconds lets the largest
-    messages decide the intercept alone, so every point is weighted by 1/seconds (relative
-    error), which keeps small messages, and so the latency, meaningful. A fitted latency below
-    zero (noise on a fast link) is reported as 0; a slope <= 0 as an infinite bandwidth.
-    """
-    x = np.asarray(sizes, dtype=float)
-    y = np.asarray(times, dtype=float)
-    if x.shape != y.shape or x.ndim != 1 or len(x) < 2:
+    One straight line through all the (size, time) rows, in any order: the intercept is the
+    latency (the time of an empty message), the slope seconds per byte, so bandwidth = 1 / slope
+    (infinite if the slope is not positive)."""
+    s = np.asarray(sizes, dtype=float)
+    t = np.asarray(times, dtype=float)
+    if s.shape != t.shape or s.ndim != 1 or len(s) < 2:
         raise ValueError("need two 1-D arrays of the same length >= 2")
-    weight = 1.0 / np.maximum(y, 1e-12)
-    A = np.stack([np.ones_like(x), x], axis=1) * weight[:, None]
-    (latency, per_byte), *_ = np.linalg.lstsq(A, y * weight, rcond=None)
-    bandwidth = 1.0 / float(per_byte) if per_byte > 0 else float("inf")
-    return max(float(latency), 0.0), bandwidth
+    A = np.column_stack([np.ones_like(s), s])
+    (latency, slope), *_ = np.linalg.lstsq(A, t, rcond=None)
+    return float(latency), (1.0 / float(slope) if slope > 0 else float("inf"))
 
 
 def ring_pass(comm, token):

@@ -16,10 +16,42 @@ CHECK_TIMEOUT = 6.0     # seconds a check's cluster run may take
 DEADLOCK_TIMEOUT = 4.0  # a run that moves 800 kB on two workers takes well under a second
 
 
+def _collective_spy():
+    """A profiler that notes the first function of course_lib.collectives the student's code enters.
+
+    ex02_1 and ex02_2 ask for an algorithm built from send and recv; the course's own collectives
+    (``comm.allreduce``, ``comm.allgather``, ``course_lib.collectives.*``) would answer them in one
+    line. Its helpers (``_p2p``: chunk bounds) and the barrier stay allowed."""
+    import os
+    import sys
+
+    import course_lib.collectives as pkg
+
+    root = os.path.dirname(pkg.__file__) + os.sep
+    allowed = {os.path.join(root, "_p2p.py"), os.path.join(root, "barrier.py"), os.path.join(root, "__init__.py")}
+    seen = []
+
+    def spy(frame, event, arg):
+        if event == "call" and not seen:
+            path = frame.f_code.co_filename
+            if path.startswith(root) and path not in allowed:
+                seen.append(f"{os.path.basename(path)[:-3]}.{frame.f_code.co_name}")
+        return None
+
+    sys.setprofile(spy)
+    return seen
+
+
 def _on_rank(comm, fn, xs):
+    import sys
+
     x = xs[comm.rank]
-    out = fn(comm, x)
-    return readable(out), x
+    seen = _collective_spy()
+    try:
+        out = fn(comm, x)
+    finally:
+        sys.setprofile(None)
+    return readable(out), x, (seen[0] if seen else "")
 
 
 @harness
@@ -27,7 +59,7 @@ def run_collective(fn, xs, ring=False, timeout=CHECK_TIMEOUT):
     """Run ``fn(comm, xs[rank])`` on len(xs) workers (a ring if ``ring``).
 
     Returns (per-rank results, per-rank x after the call, total bytes, messages sent per rank,
-    bytes sent per rank)."""
+    bytes sent per rank, the first course collective each rank called or "")."""
     import networkx as nx
 
     from course_lib import Cluster
@@ -37,7 +69,16 @@ def run_collective(fn, xs, ring=False, timeout=CHECK_TIMEOUT):
         res = cluster.run(_on_rank, fn, list(xs))
         st = res.stats
         return ([r[0] for r in res], [r[1] for r in res], int(st.total_bytes),
-                [int(st.messages_sent(r)) for r in range(p)], [int(st.bytes_sent(r)) for r in range(p)])
+                [int(st.messages_sent(r)) for r in range(p)], [int(st.bytes_sent(r)) for r in range(p)],
+                [r[2] for r in res])
+
+
+def assert_no_course_collective(name, used):
+    """``name`` must be built from send and recv, not from the course's own collectives."""
+    called = sorted({u for u in used if u})
+    assert not called, (
+        f"{name} should be built from comm.send, comm.recv and comm.sendrecv, but it called the course's own "
+        f"collective {called[0]} (comm.allreduce, comm.allgather and course_lib.collectives are not allowed here).")
 
 
 def rank_data(p, n, dtype, seed):
@@ -48,7 +89,8 @@ def rank_data(p, n, dtype, seed):
 # ------------------------------------------------------------------------------ ex02_1
 def assert_ring_allreduce(fn, p, n, dtype=np.float64, seed=0, timeout=CHECK_TIMEOUT):
     xs = rank_data(p, n, dtype, seed)
-    res, after, total, msgs, _ = run_collective(fn, xs, True, timeout)
+    res, after, total, msgs, _, used = run_collective(fn, xs, True, timeout)
+    assert_no_course_collective("ring_allreduce", used)
     want = np.sum(np.stack(xs), axis=0, dtype=dtype)        # what every rank must hold: the sum over ranks
     for r in range(p):
         assert_unchanged("ring_allreduce", ["x"], [xs[r]], [after[r]], on=f"on rank {r}")
@@ -87,7 +129,8 @@ def ex02_1(ns):
 def assert_rd_allgather(fn, p, shape, dtype=np.float64, seed=0):
     rng = np.random.default_rng(seed)
     xs = [(rng.standard_normal(shape) * 10).astype(dtype) for _ in range(p)]
-    res, after, _, msgs, sent = run_collective(fn, xs)
+    res, after, _, msgs, sent, used = run_collective(fn, xs)
+    assert_no_course_collective("rd_allgather", used)
     for r in range(p):
         assert_unchanged("rd_allgather", ["x"], [xs[r]], [after[r]], on=f"on rank {r}")
     for r, got in enumerate(res):

@@ -44,6 +44,8 @@ MARKER = "course-grading-test-marker-7f3a"   # in the command line of processes 
 _ONLY = [s.strip() for s in os.environ.get("COURSE_TEST_LESSONS", "").split(",") if s.strip()]
 SOLUTION_NBS = [p for p in sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb")) if not _ONLY or p.name[:2] in _ONLY]
 WRONG = [p for p in sorted((FIXTURES / "wrong_answers").glob("ex[0-9][0-9]_*__*.py")) if not _ONLY or p.name[2:4] in _ONLY]
+CORRECT = [p for p in sorted((FIXTURES / "correct_alternatives").glob("ex[0-9][0-9]_*__*.py"))
+           if not _ONLY or p.name[2:4] in _ONLY]
 MISBEHAVING = sorted((FIXTURES / "misbehaving").glob("*.py"))
 HOSTILE = sorted((FIXTURES / "hostile").glob("*.py"))
 LESSONS = [lesson_of_path(p) for p in SOLUTION_NBS]
@@ -132,6 +134,11 @@ def batch(tmp_path_factory):
         lesson = qid[2:4]
         nb = replace_region_in_notebook(nbformat.read(solution_of(lesson), as_version=4), qid, fx.read_text())
         nbformat.write(nb, subs / f"{lesson}_wrong__{fx.stem}.ipynb")
+    for fx in CORRECT:
+        qid = fx.name.split("__")[0]
+        lesson = qid[2:4]
+        nb = replace_region_in_notebook(nbformat.read(solution_of(lesson), as_version=4), qid, fx.read_text())
+        nbformat.write(nb, subs / f"{lesson}_correct__{fx.stem}.ipynb")
     if "00" in LESSONS:
         for fx in MISBEHAVING + HOSTILE:
             lesson, nb = base_notebook(fx)
@@ -263,6 +270,14 @@ def row_of(batch, fixture):
         pytest.skip(f"lesson {lesson} is not among COURSE_TEST_LESSONS")
     kind = "hostile" if fixture in HOSTILE else "misbehaving"
     return batch["rows"][f"{lesson}_{kind}__{fixture.stem}"]
+
+
+@pytest.mark.parametrize("fixture", CORRECT, ids=lambda p: p.stem)
+def test_correct_alternative_scores_full_marks(batch, fixture):
+    """An answer written differently from the solution, graded by the real grader in its sandbox."""
+    qid = fixture.name.split("__")[0]
+    row = batch["rows"][f"{qid[2:4]}_correct__{fixture.stem}"]
+    assert points(row) == full_marks(qid[2:4]), {q["qid"]: q["message"] for q in row["questions"]}
 
 
 @pytest.mark.parametrize("fixture", MISBEHAVING + HOSTILE, ids=lambda p: p.stem)

@@ -133,6 +133,12 @@ def _bwrap_args(library: Path) -> List[str]:
     args = [bwrap_path(), "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
             "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--hostname", "sandbox", "--clearenv"]
+    # The writable tmpfs folders first: a later bind lands on top of them, so a Python that
+    # lives under /tmp or /home (a clone in /tmp with its .venv) is still there.
+    args += ["--dev", "/dev", "--proc", "/proc",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/home/student"]
     for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"):
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
@@ -146,11 +152,7 @@ def _bwrap_args(library: Path) -> List[str]:
         for sub in ("course_lib", "tests", "solutions"):
             if os.path.isdir(os.path.join(root, sub)) and root != "/":
                 args += ["--tmpfs", os.path.join(root, sub)]
-    args += ["--dev", "/dev", "--proc", "/proc",
-             "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
-             "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm",
-             "--size", str(TMPFS_BYTES), "--tmpfs", "/home/student",
-             "--ro-bind", str(library), "/opt/course",
+    args += ["--ro-bind", str(library), "/opt/course",
              "--chdir", "/home/student"]
     return args
 

@@ -41,7 +41,7 @@ grade: $(STAMP)
 	$(BIN)/python -m course_lib.grade $(NB) --out $(OUT)
 
 clean-shm: $(STAMP)
-	$(BIN)/python -m course_lib.shm --sweep
+	$(BIN)/python -m course_lib.runtime.shm --sweep
 
 # The student release: notebooks, exercises and a course_lib without the reference answers, in
 # $(RELEASE)/ and $(RELEASE).tar.gz (python -m course_lib.release --out DIR).

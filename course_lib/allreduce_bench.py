@@ -102,7 +102,7 @@ def mpi_bandwidth(n_procs: int, sizes, repeats: int = 3, timeout: float = 300) -
 def _mpi_main(sizes, repeats):
     from mpi4py import MPI
 
-    from .mpi_backend import MPIComm
+    from .runtime.mpi_backend import MPIComm
 
     comm = MPIComm()
     world = comm.mpi
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     if args.mpi:
         _mpi_main(args.sizes, args.repeats)
         return 0
-    from .cluster import Cluster
+    from .runtime.cluster import Cluster
 
     with Cluster(args.p) as cluster:
         shm_bw = local_bandwidth(cluster, args.sizes, "shm", args.repeats)

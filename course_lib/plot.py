@@ -8,7 +8,7 @@ def timeline(run, ax=None, kinds=("compute", "send", "recv", "wait"), title: str
              labels: bool = False, ranks=None):
     """Draw one row per rank: compute (blue), send (orange), recv (green), wait (grey).
 
-    ``run`` is a :class:`~course_lib.cluster.RunResult` or a Timeline. Phases labelled by the
+    ``run`` is a :class:`~course_lib.runtime.cluster.RunResult` or a Timeline. Phases labelled by the
     program (``comm.compute("label")``) can be written on their bars with ``labels=True``.
     """
     import matplotlib.pyplot as plt

@@ -46,7 +46,7 @@ def effective_parallelism(max_workers: int | None = None, n: int = 2_000_000, st
     Returns {"k": [...], "time": [...], "speedup": [...], "effective_cores": float}:
     time[i] is the slowest worker's loop time with k[i] busy workers, speedup k * t1 / tk.
     """
-    from .cluster import Cluster
+    from .runtime.cluster import Cluster
 
     max_workers = max_workers or min(usable_cores() + 1, 8)
     ks, times = [], []

@@ -153,7 +153,7 @@ grade: $(STAMP)
 \t$(BIN)/python -m course_lib.grade $(NB) --out $(OUT)
 
 clean-shm: $(STAMP)
-\t$(BIN)/python -m course_lib.shm --sweep
+\t$(BIN)/python -m course_lib.runtime.shm --sweep
 """
 
 STUDENT_README = """\

@@ -47,7 +47,7 @@ def _short(obj) -> str:
 
 
 def run_local(module, n_workers: int, start_method=None) -> dict:
-    from .cluster import Cluster
+    from .runtime.cluster import Cluster
 
     graph = getattr(module, "graph", None)
     graph = graph(n_workers) if callable(graph) else None
@@ -57,7 +57,7 @@ def run_local(module, n_workers: int, start_method=None) -> dict:
 
 
 def run_mpi(module):
-    from .mpi_backend import MPIComm, _mpi
+    from .runtime.mpi_backend import MPIComm, _mpi
 
     world = _mpi().COMM_WORLD
     graph = getattr(module, "graph", None)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import Op
+from .runtime.ops import Op
 from .reference.ex02 import merge_stats  # question ex02_3: Chan et al. (1979)
 
 __all__ = ["local_stats", "merge_stats", "merge_all", "naive_stats", "sync_stats", "batch_norm",

@@ -6,7 +6,7 @@ import time
 
 import psutil
 
-from course_lib import shm
+from course_lib.runtime import shm
 
 # Python's own long-lived helpers are not orphans of ours.
 _HELPERS = ("resource_tracker", "forkserver")

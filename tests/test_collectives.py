@@ -19,7 +19,7 @@ import course_lib as cl
 from course_lib import costs
 from course_lib.collectives import ALGORITHMS, CollectiveMismatch, Group, chunk_sizes, classify_scatter_gather
 from course_lib.collectives.sim import simulate
-from course_lib.ops import MAX, MAXLOC, MEAN, MIN, MINLOC, PROD, SUM, Op
+from course_lib.runtime.ops import MAX, MAXLOC, MEAN, MIN, MINLOC, PROD, SUM, Op
 
 ROOTED = ("bcast", "scatter", "gather", "reduce")
 
@@ -445,7 +445,7 @@ def _shm_and_fp16(comm, n):
 
 
 def test_shared_memory_allreduce_and_float16_halves_bytes(cluster5):
-    before = set(cl.shm.list_segments())
+    before = set(cl.runtime.shm.list_segments())
     n = 1001
     res = cluster5.run(_shm_and_fp16, n)
     xs = [o[0] for o in res]
@@ -463,7 +463,7 @@ def test_shared_memory_allreduce_and_float16_halves_bytes(cluster5):
     shm_bytes = [o[4] for o in res]
     # only the segment's name travelled (a binomial bcast of ~36 bytes, 3 times), never the data
     assert max(shm_bytes) < 4 * n and shm_bytes[1] + shm_bytes[3] + shm_bytes[4] == 0
-    assert set(cl.shm.list_segments()) - before == set()    # nothing leaked
+    assert set(cl.runtime.shm.list_segments()) - before == set()    # nothing leaked
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

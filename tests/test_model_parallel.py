@@ -182,7 +182,7 @@ def test_schedule_and_timeline_plots_draw():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from course_lib.model_parallel.plots import plot_schedule, plot_timeline
-    from course_lib.trace import Event
+    from course_lib.runtime.trace import Event
     sim = mp.simulate("1f1b", 3, 4)
     ax = plot_schedule(sim)
     assert len(ax.collections) == 3 * 2 * 4          # one bar per op

@@ -123,7 +123,7 @@ class HogwildResult:
 def _context(start_method):
     import multiprocessing as mp
 
-    from course_lib.cluster import default_start_method
+    from course_lib.runtime.cluster import default_start_method
 
     method = start_method or default_start_method()  # the course's default, as Cluster uses
     if method not in mp.get_all_start_methods():
@@ -141,7 +141,7 @@ def run_hogwild(problem: SparseProblem, n_workers: int = 2, n_updates: int = 200
     same number of updates on the same samples. ``worker`` replaces the worker loop
     (signature of :func:`hogwild_worker`, plus ``lock`` when ``lock=True``).
     """
-    from course_lib.shm import SharedArray
+    from course_lib.runtime.shm import SharedArray
 
     if n_workers < 1:
         raise ValueError(f"need n_workers >= 1, got {n_workers}")

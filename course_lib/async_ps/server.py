@@ -26,26 +26,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
 from course_lib.reference.ex03 import apply_update, staleness_aware_lr  # questions ex03_1, ex03_2
 
 from .problems import batch_gradient, batch_rng, loss, shards
+from .records import Record, constant_lr
 
 POLICIES = ("async", "staleness_aware", "drop", "sync")
-
-
-class Record(NamedTuple):
-    """One gradient that reached the server."""
-
-    worker: int      # rank that computed it
-    version: int     # server version it was computed on
-    staleness: int   # server version when it arrived - version
-    time: float      # arrival time (seconds since the run started)
-    applied: bool    # False if the policy dropped it
-    lr: float        # step size used (0.0 if dropped)
 
 
 @dataclass
@@ -56,11 +45,6 @@ class ServerState:
     lr: float
     version: int = 0
     records: list = field(default_factory=list)
-
-
-def constant_lr(lr: float, staleness: int) -> float:
-    """Step size of plain async SGD: ``lr`` whatever the staleness."""
-    return lr
 
 
 # ----------------------------------------------------------------------------- worker

@@ -14,11 +14,27 @@ Modules: barrier, broadcast (bcast/scatter/gather), allgather, alltoall, reducti
 groups (Split, Group, sub-communicators), shmem (shared-memory allreduce),
 sim (in-process simulator for quick tests).
 """
+from ..runtime import registry
+from ..runtime.collective_api import DEFAULTS, CollectivesMixin, register_extension
+from ..runtime.groups import UNDEFINED, Group, SubComm
+from . import allgather, alltoall, barrier, broadcast, reduction, shmem
 from ._p2p import CollectiveMismatch, chunk_bounds, chunk_sizes, fold_roles
-from .mixin import ALGORITHMS, DEFAULTS, CollectivesMixin
-from .groups import UNDEFINED, Group, SubComm
 from .scatter_gather import classify as classify_scatter_gather
+from .scatter_gather import scatter_gather
 from .scatter_gather import scatter_gather as ScatterGather  # the seeds' name: ScatterGather(comm, data, src, dst, unit, total)
+
+# Every algorithm of this lesson, by collective and name (exscan runs the scan algorithms).
+ALGORITHMS = {
+    "barrier": barrier.ALGORITHMS, "bcast": broadcast.BCAST, "scatter": broadcast.SCATTER,
+    "gather": broadcast.GATHER, "allgather": allgather.ALGORITHMS, "alltoall": alltoall.ALGORITHMS,
+    "reduce": reduction.REDUCE, "reduce_scatter": reduction.REDUCE_SCATTER, "allreduce": reduction.ALLREDUCE,
+    "scan": reduction.SCAN, "exscan": reduction.SCAN,
+}
+for _collective, _table in ALGORITHMS.items():
+    for _name, _run in _table.items():
+        registry.register(registry.Algorithm(_collective, _name, _run))
+register_extension("scatter_gather", scatter_gather)
+register_extension("allreduce_shm", shmem.allreduce_shm)
 
 __all__ = ["CollectivesMixin", "CollectiveMismatch", "ALGORITHMS", "DEFAULTS", "Group", "SubComm", "UNDEFINED",
            "chunk_bounds", "chunk_sizes", "fold_roles", "classify_scatter_gather", "ScatterGather",

@@ -19,8 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 
-class CollectiveMismatch(RuntimeError):
-    """Ranks disagree about a collective call (different collective, root, op, shape or dtype)."""
+from ..runtime.collective_api import CollectiveMismatch, is_array  # noqa: F401 (the runtime's, re-used)
 
 
 def chunk_bounds(n: int, p: int) -> list[int]:
@@ -36,10 +35,6 @@ def chunk_bounds(n: int, p: int) -> list[int]:
 def chunk_sizes(n: int, p: int) -> list[int]:
     b = chunk_bounds(n, p)
     return [b[i + 1] - b[i] for i in range(p)]
-
-
-def is_array(x) -> bool:
-    return type(x) is np.ndarray and not x.dtype.hasobject
 
 
 def pack_blocks(blocks: dict):

@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..ops import SUM
-from .mixin import ALGORITHMS
+from ..runtime.ops import SUM
+from ..runtime.registry import lookup
 from .sim import SimTransport, payload_bytes, simulate
 
 
@@ -46,7 +46,7 @@ class _Recording(SimTransport):
 
 def record(collective: str, algorithm: str, p: int, n: int = 8, itemsize: int = 8, root: int = 0):
     """Messages of one call (vectors of n elements) as a list of :class:`Message`."""
-    fn = ALGORITHMS[collective][algorithm]
+    fn = lookup(collective, algorithm).run
     dtype = {1: np.uint8, 2: np.float16, 4: np.float32, 8: np.float64}[itemsize]
     xs = [np.full(n, r, dtype) for r in range(p)]
     log: list[Message] = []

@@ -16,13 +16,13 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from .. import shm
-from ..ops import SUM, as_op
+from ..runtime import shm
+from ..runtime.ops import SUM, as_op
 from ._p2p import chunk_bounds, is_array
 
 
 def _ufuncs():
-    from .. import ops
+    from ..runtime import ops
 
     return {ops._sum: np.add, ops._prod: np.multiply, ops._max: np.maximum, ops._min: np.minimum}
 
@@ -88,7 +88,7 @@ _WORKSPACES: dict = {}   # workspace segments this process attached (mapped unti
 
 
 def _attach_untracked(name):
-    """Attach without registering with this process's resource tracker (see :mod:`course_lib.shm`)."""
+    """Attach without registering with this process's resource tracker (see :mod:`course_lib.runtime.shm`)."""
     if sys.version_info >= (3, 13):
         return shared_memory.SharedMemory(name=name, track=False)
     return shm._attach_untracked(name)

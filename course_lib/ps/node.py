@@ -54,7 +54,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from course_lib.comm import PeerLost
+from course_lib.runtime.comm import PeerLost
 
 from .consistency import INF, may_read
 from .filters import soft_threshold

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from course_lib.comm import PeerLost
+from course_lib.runtime.comm import PeerLost
 
 NEXT, FINISHED = "next", "finished"
 

@@ -204,7 +204,7 @@ def gpipe_events(p, m, t=1.0, offset=0.0, extra=True):
 @harness
 def run_measured(fn, events, p):
     """``fn(timeline, p)`` on the Timeline of the given events; returns its result."""
-    from course_lib.trace import Event, Timeline
+    from course_lib.runtime.trace import Event, Timeline
 
     return readable(fn(Timeline(Event(*e) for e in events), p))
 

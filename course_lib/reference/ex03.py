@@ -21,7 +21,7 @@ def apply_update(state, grad, computed_version, worker, time, step_size=None):
     w <- w - step_size(state.lr, staleness) * grad in place (workers' replies are built from
     state.w), version + 1, and one ``Record(worker, computed_version, staleness, time, True, lr)``.
     ``step_size`` defaults to the constant step :func:`course_lib.async_ps.constant_lr`."""
-    from course_lib.async_ps.server import Record, constant_lr
+    from course_lib.async_ps.records import Record, constant_lr
 
     step_size = constant_lr if step_size is None else step_size
     staleness = state.version - computed_version

@@ -21,13 +21,12 @@ from contextlib import contextmanager
 from multiprocessing.connection import wait as wait_for
 
 from . import wire
-from .collectives import CollectivesMixin
+from .collective_api import CollectivesMixin
+from .constants import ANY_SOURCE, ANY_TAG, MAX_TAG
+from .groups import GroupMethods
 from .netem import Network
 from .trace import Stats, Tracer
 
-ANY_SOURCE = -1
-ANY_TAG = -1
-MAX_TAG = 2 ** 31  # tags travel as 32-bit integers in the frame header (MPI guarantees only 32767)
 
 
 class PeerLost(ConnectionError):
@@ -76,7 +75,7 @@ class _Message:
         self.read_start, self.read_end = read_start, read_end
 
 
-class Comm(CollectivesMixin):
+class Comm(CollectivesMixin, GroupMethods):
     """One rank's view of the cluster.
 
     Parameters are set by the runtime, not by students: ``links`` maps each neighbour's

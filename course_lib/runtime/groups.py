@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import zlib
 
-from .mixin import CollectivesMixin
-
-UNDEFINED = -32766  # mpi4py's MPI.UNDEFINED
+from .collective_api import CollectivesMixin
+from .constants import ANY_SOURCE, UNDEFINED
 
 
 def _ctx(*parts) -> int:
@@ -86,7 +85,26 @@ class Group:
         return f"Group({list(self.members)})"
 
 
-class SubComm(CollectivesMixin):
+class GroupMethods:
+    """Split, Create_group and Get_group: what every communicator offers to make others."""
+
+    def Split(self, color=0, key=0):
+        return split(self, color, key)
+
+    def Create_group(self, group, tag=0):
+        return create_group(self, group)
+
+    def Get_group(self):
+        return Group(self._world_ranks(), self._world_rank())
+
+    def _world_ranks(self):
+        return tuple(getattr(self, "_members", range(self.size)))
+
+    def _world_rank(self):
+        return self._world_ranks()[self.rank]
+
+
+class SubComm(CollectivesMixin, GroupMethods):
     """A communicator over some processes of the world communicator ``world``."""
 
     def __init__(self, world, members, ctx):
@@ -110,7 +128,6 @@ class SubComm(CollectivesMixin):
         return self._world._isend(obj, self._members[dest], tag, context)
 
     def _recv(self, source, tag, context):
-        from ..comm import ANY_SOURCE
         wsrc = ANY_SOURCE if source == ANY_SOURCE else self._members[source]
         src, tag, obj = self._world._recv(wsrc, tag, context)
         return self._members.index(src), tag, obj

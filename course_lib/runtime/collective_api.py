@@ -1,7 +1,8 @@
-"""The collective methods every communicator gets (``Comm`` inherits this mixin).
+"""The collective methods every communicator gets (``Comm`` and ``SubComm`` inherit them).
 
 Arguments and return values follow mpi4py's lowercase object methods, so an mpi4py
-program runs unchanged; ``algorithm=`` picks the algorithm (see ``ALGORITHMS``).
+program runs unchanged; ``algorithm=`` picks the algorithm, a row of
+:mod:`course_lib.runtime.registry` (lesson 02 registers them).
 
 How collective traffic stays apart from user messages: it travels in its own
 *context* (an MPI idea: the communicator's hidden id), so ``comm.recv()`` can never
@@ -28,24 +29,24 @@ import zlib
 
 import numpy as np
 
-from ..ops import SUM, Op, as_op
-from . import allgather as _ag
-from . import alltoall as _a2a
-from . import barrier as _bar
-from . import broadcast as _bc
-from . import reduction as _red
-from ._p2p import CollectiveMismatch, is_array
+from . import registry
+from .constants import ANY_TAG
+from .ops import SUM, Op, as_op
 
 WORLD_COLL_CONTEXT = 1          # context of the world communicator's collective traffic
 SMALL_MESSAGE = 64 * 1024       # allreduce default: recursive doubling below, ring above
 _SYNC_SEND = 1024               # smaller sends go straight into the Pipe buffer (8 KiB on macOS)
 
-ALGORITHMS = {
-    "barrier": _bar.ALGORITHMS, "bcast": _bc.BCAST, "scatter": _bc.SCATTER, "gather": _bc.GATHER,
-    "allgather": _ag.ALGORITHMS, "alltoall": _a2a.ALGORITHMS, "reduce": _red.REDUCE,
-    "reduce_scatter": _red.REDUCE_SCATTER, "allreduce": _red.ALLREDUCE, "scan": _red.SCAN,
-    "exscan": _red.SCAN,
-}
+
+
+class CollectiveMismatch(RuntimeError):
+    """Ranks disagree about a collective call (different collective, root, op, shape or dtype)."""
+
+
+def is_array(x) -> bool:
+    """A numpy array of plain numbers: what collectives may slice, add and send as raw bytes."""
+    return type(x) is np.ndarray and not x.dtype.hasobject
+
 # gather and allgather default to the algorithms that accept any objects (arrays of different
 # shapes included), as mpi4py does; 'binomial' gather and 'bruck' / 'recursive_doubling'
 # allgather pack several blocks per message and need the same shape and dtype everywhere.
@@ -70,8 +71,7 @@ _FIELDS = (("coll", 16), ("alg", 8), ("op", 16), ("root", 64), ("seq", 32), ("si
 
 
 def _alg_index(name, algorithm):
-    table = ALGORITHMS.get(name, {})
-    return sorted(table).index(algorithm) + 1 if algorithm in table else 0
+    return registry.index(name, algorithm)
 
 
 def encode_tag(name, seq, root=None, op=None, algorithm=None, sig=None) -> int:
@@ -102,7 +102,7 @@ def describe_tag(tag: int) -> str:
         parts.append(f"root={f['root'] - 1}")
     if f["op"]:
         parts.append(f"op={_OPS[f['op']].upper() if f['op'] < len(_OPS) else 'a user op'}")
-    algs = sorted(ALGORITHMS.get(name, {}))
+    algs = sorted(registry.algorithms(name)) if name in registry.COLLECTIVES else []
     if f["alg"] and f["alg"] <= len(algs):
         parts.append(f"algorithm={algs[f['alg'] - 1]!r}")
     return f"{name}({', '.join(parts)}) [call #{f['seq']} mod 32]"
@@ -121,7 +121,6 @@ class _Transport:
         self.comm._send(obj, dest, self._tag, self._ctx)
 
     def recv(self, source):
-        from ..comm import ANY_TAG
         self.comm._coll_link(source)
         src, tag, obj = self.comm._recv(source, ANY_TAG, self._ctx)
         if tag != self._tag:
@@ -165,7 +164,7 @@ class _Transport:
 
 class CollectivesMixin:
     """bcast, scatter, gather, allgather, alltoall, reduce, allreduce, reduce_scatter, scan,
-    exscan, barrier_with, Split, Create_group, scatter_gather, allreduce_shm."""
+    exscan, barrier_with, scatter_gather, allreduce_shm."""
 
     check_collectives = False
 
@@ -193,10 +192,7 @@ class CollectivesMixin:
         return int(root)
 
     def _pick(self, name, algorithm):
-        table = ALGORITHMS[name]
-        if algorithm not in table:
-            raise ValueError(f"{name}: unknown algorithm {algorithm!r}; choose one of {sorted(table)}")
-        return table[algorithm]
+        return registry.lookup(name, algorithm).run
 
     def _transport(self, name, algorithm, *, root=None, op=None, data=None, array_sig=False):
         seq = self._next_call()
@@ -215,7 +211,7 @@ class CollectivesMixin:
 
     def _verify(self, seq, key, desc):
         t = _Transport(self, encode_tag("verify", seq), f"signature check [call #{seq}]")
-        sigs = _ag.bruck(t, (key, desc))
+        sigs = registry.lookup("allgather", "bruck").run(t, (key, desc))
         if any(k != key for k, _ in sigs):
             lines = "; ".join(f"rank {r}: {d}" for r, (_, d) in enumerate(sigs))
             raise CollectiveMismatch(f"ranks called different collectives: {lines}")
@@ -347,29 +343,25 @@ class CollectivesMixin:
         res = fn(t, sendobj, op, exclusive=True)
         return None if res is None else op.apply_final(res, self.rank)
 
-    # -- groups, ScatterGather, shared memory (see groups.py, scatter_gather.py, shmem.py) ----
-    def Split(self, color=0, key=0):
-        from .groups import split
-        return split(self, color, key)
-
-    def Create_group(self, group, tag=0):
-        from .groups import create_group
-        return create_group(self, group)
-
-    def Get_group(self):
-        from .groups import Group
-        return Group(self._world_ranks(), self._world_rank())
-
-    def _world_ranks(self):
-        return tuple(getattr(self, "_members", range(self.size)))
-
-    def _world_rank(self):
-        return self._world_ranks()[self.rank]
-
+    # -- lesson extensions: ScatterGather (lesson 02), shared memory (lesson 07) ----------------
     def scatter_gather(self, data, src, dst, unit_size, total_size):
-        from .scatter_gather import scatter_gather
-        return scatter_gather(self, data, src, dst, unit_size, total_size)
+        """The seeds' ScatterGather (lesson 02): registered as the 'scatter_gather' extension."""
+        return extension("scatter_gather")(self, data, src, dst, unit_size, total_size)
 
     def allreduce_shm(self, x, op=SUM, workspace=None):
-        from .shmem import allreduce_shm
-        return allreduce_shm(self, x, op, workspace)
+        """Allreduce through shared memory (lesson 07): registered as the 'allreduce_shm' extension."""
+        return extension("allreduce_shm")(self, x, op, workspace)
+
+
+_EXTENSIONS: dict = {}
+
+
+def register_extension(name: str, fn) -> None:
+    """A communicator method that a lesson provides (``comm.<name>(...)`` calls ``fn(comm, ...)``)."""
+    _EXTENSIONS[name] = fn
+
+
+def extension(name: str):
+    if name not in _EXTENSIONS:
+        raise RuntimeError(f"comm.{name} is provided by a lesson package that is not loaded: import course_lib")
+    return _EXTENSIONS[name]

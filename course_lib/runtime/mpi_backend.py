@@ -1,7 +1,7 @@
 """The ``mpi`` backend: the same ``fn(comm, ...)`` programs, on a real MPI job.
 
 Run a script under ``mpiexec -n P python -m course_lib.run script.py`` and every rank gets
-an :class:`MPIComm`. It *is* a :class:`course_lib.comm.Comm`: the same send/recv, tags,
+an :class:`MPIComm`. It *is* a :class:`course_lib.runtime.comm.Comm`: the same send/recv, tags,
 collectives (lesson 02's algorithms, byte for byte), compute phases, stats and timeline;
 only the transport differs. Each neighbour's Pipe is replaced by an :class:`MPILink`
 that moves the same frames with ``MPI_Send``/``MPI_Recv`` on one tag, and MPI's

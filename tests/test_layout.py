@@ -1,0 +1,97 @@
+"""The code layout holds: the runtime imports no lesson, and no two modules import each other.
+
+Read from the source (every ``import`` statement, including those inside functions), so a
+lazy import cannot hide a dependency.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import networkx as nx
+
+import course_lib
+
+PKG = pathlib.Path(course_lib.__file__).resolve().parent
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    """Modules of course_lib that the file names in an import statement."""
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module or ""
+            out.add(stem)
+            out |= {f"{stem}.{a.name}" for a in node.names}
+    modules = _all_modules()
+    return {m for m in out if m in modules and m != me}
+
+
+_CACHE: dict = {}
+
+
+def _all_modules() -> dict[str, pathlib.Path]:
+    if not _CACHE:
+        _CACHE.update({_module_name(p): p for p in PKG.rglob("*.py")})
+    return _CACHE
+
+
+def import_graph() -> nx.DiGraph:
+    g = nx.DiGraph()
+    for name, path in _all_modules().items():
+        g.add_node(name)
+        for dep in _imports(path):
+            # importing a package's submodule runs the package's __init__ first, but that is
+            # Python's loading order, not a dependency this module chose: leave it out
+            g.add_edge(name, dep)
+    return g
+
+
+def test_the_runtime_imports_no_lesson():
+    g = import_graph()
+    runtime = {m for m in g if m == "course_lib.runtime" or m.startswith("course_lib.runtime.")}
+    assert len(runtime) >= 12, sorted(runtime)
+    outside = {(m, d) for m in runtime for d in g.successors(m) if d not in runtime}
+    assert not outside, f"runtime modules importing course_lib code outside the runtime: {sorted(outside)}"
+
+
+def test_no_import_cycle():
+    g = import_graph()
+    # a package's __init__ re-exporting its own submodules is not a cycle of design
+    g.remove_edges_from([(m, d) for m, d in list(g.edges) if d.startswith(m + ".")])
+    cycles = list(nx.simple_cycles(g))
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + c[:1]) for c in cycles[:10])
+
+
+def test_the_graph_sees_lazy_imports():
+    """The check above cannot pass by missing imports: a known lazy import is in the graph."""
+    g = import_graph()
+    assert g.has_edge("course_lib.runtime.cluster", "course_lib.runtime.comm")
+    assert g.has_edge("course_lib.runtime.mpi_backend", "course_lib.runtime.cluster")  # inside MPIComm()
+    assert g.has_edge("course_lib.collectives", "course_lib.runtime.registry")
+
+
+def test_public_names_keep_working():
+    from course_lib import (ANY_SOURCE, ANY_TAG, SUM, Cluster, Comm, Network,  # noqa: F401
+                            SharedArray, Status, WorkerError)
+    from course_lib.collectives import ALGORITHMS
+    from course_lib.runtime import registry
+
+    for collective, table in ALGORITHMS.items():
+        assert set(table) == set(registry.algorithms(collective)), collective

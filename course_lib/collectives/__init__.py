@@ -23,16 +23,13 @@ from .scatter_gather import classify as classify_scatter_gather
 from .scatter_gather import scatter_gather
 from .scatter_gather import scatter_gather as ScatterGather  # the seeds' name: ScatterGather(comm, data, src, dst, unit, total)
 
-# Every algorithm of this lesson, by collective and name (exscan runs the scan algorithms).
-ALGORITHMS = {
-    "barrier": barrier.ALGORITHMS, "bcast": broadcast.BCAST, "scatter": broadcast.SCATTER,
-    "gather": broadcast.GATHER, "allgather": allgather.ALGORITHMS, "alltoall": alltoall.ALGORITHMS,
-    "reduce": reduction.REDUCE, "reduce_scatter": reduction.REDUCE_SCATTER, "allreduce": reduction.ALLREDUCE,
-    "scan": reduction.SCAN, "exscan": reduction.SCAN,
-}
-for _collective, _table in ALGORITHMS.items():
-    for _name, _run in _table.items():
-        registry.register(registry.Algorithm(_collective, _name, _run))
+# Every algorithm of this lesson is a row (function, time formula, rounds, exact traffic) that the
+# runtime's communicators and the cost model (course_lib.costs) read alike.
+ROWS = [*barrier.ROWS, *broadcast.ROWS, *allgather.ROWS, *alltoall.ROWS, *reduction.ROWS]
+for _row in ROWS:
+    registry.register(_row)
+# The same, as {collective: {algorithm: function}}: ALGORITHMS["allreduce"]["ring"](t, x, SUM).
+ALGORITHMS = {c: {row.name: row.run for row in ROWS if row.collective == c} for c in registry.COLLECTIVES}
 register_extension("scatter_gather", scatter_gather)
 register_extension("allreduce_shm", shmem.allreduce_shm)
 

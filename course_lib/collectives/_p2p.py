@@ -79,3 +79,56 @@ def fold_roles(p: int):
 
 def ceil_log2(p: int) -> int:
     return (p - 1).bit_length()
+
+
+# -- what the cost rows of the algorithm modules share ------------------------------------------
+class TrafficCount:
+    """Bytes and messages each of p ranks sends in one call, counted by an algorithm's
+    ``traffic`` row: ``add(rank, elements, messages)`` adds ``elements * itemsize`` bytes."""
+
+    def __init__(self, p: int, itemsize: int):
+        self.bytes = np.zeros(p, dtype=np.int64)
+        self.messages = np.zeros(p, dtype=np.int64)
+        self.itemsize = itemsize
+
+    def add(self, rank: int, elements: int, messages: int = 1) -> None:
+        self.bytes[rank] += elements * self.itemsize
+        self.messages[rank] += messages
+
+    def result(self):
+        return self.bytes, self.messages
+
+
+def binomial_children(vr: int, p: int) -> list[int]:
+    """Children of relative rank vr in the binomial tree of bcast and scatter (largest first)."""
+    if vr == 0:
+        m = 1
+        while m < p:
+            m *= 2
+    else:
+        m = vr & -vr
+    out, m = [], m // 2
+    while m >= 1:
+        if vr + m < p:
+            out.append(vr + m)
+        m //= 2
+    return out
+
+
+def halving_ranges(v: int, p2: int):
+    """(keep, give) virtual-rank ranges of v in each round of recursive halving."""
+    lo, hi, m, out = 0, p2, p2 // 2, []
+    while m >= 1:
+        mid = lo + m
+        keep, give = ((lo, mid), (mid, hi)) if v < mid else ((mid, hi), (lo, mid))
+        out.append((keep, give))
+        lo, hi = keep
+        m //= 2
+    return out
+
+
+def folded_rounds(p: int) -> tuple[int, int]:
+    """(lg p2, 2 or 0): rounds among the p2 = 2^floor(lg p) ranks that stay after folding,
+    and the two extra rounds (fold in, unfold out) when p is not a power of two."""
+    p2 = 1 << (p.bit_length() - 1)
+    return p2.bit_length() - 1, (0 if p == p2 else 2)

@@ -13,7 +13,8 @@ With m = bytes of one block and n = p m (Thakur, Rabenseifner & Gropp 2005):
 """
 from __future__ import annotations
 
-from ._p2p import fold_roles, pack_blocks, unpack_blocks
+from ..runtime.registry import Algorithm
+from ._p2p import TrafficCount, ceil_log2, fold_roles, folded_rounds, pack_blocks, unpack_blocks
 
 
 def ring(t, obj):
@@ -67,4 +68,50 @@ def bruck(t, obj):
     return [held[(i - r) % p] for i in range(p)]
 
 
-ALGORITHMS = {"ring": ring, "recursive_doubling": recursive_doubling, "bruck": bruck}
+# -- cost rows (n: the whole gathered buffer in seconds(); one block per rank in traffic()) -----------
+def _one_block_to_all_traffic(messages):
+    def traffic(p, n, itemsize, root, ndim):
+        count = TrafficCount(p, itemsize)
+        for r in range(p):
+            count.add(r, n * (p - 1), messages(p))   # every other rank's block passes through me
+        return count.result()
+    return traffic
+
+
+def _recursive_doubling_traffic(p, n, itemsize, root, ndim):
+    count = TrafficCount(p, itemsize)
+    p2, extra, virt, real = fold_roles(p)
+    for r in range(p):
+        if r < 2 * extra and r % 2 == 0:
+            count.add(r, n)                  # fold: hand my block to the odd rank above
+            continue
+        v, m = virt[r], 1
+        while m < p2:                        # send every block held: those of my aligned group of m
+            group = [u for u in range(p2) if u // m == v // m]
+            count.add(r, n * sum(2 if u < extra else 1 for u in group))
+            m *= 2
+        if r < 2 * extra:
+            count.add(r, n * (p - 1))        # unfold: everything but the partner's own block
+    return count.result()
+
+
+def _recursive_doubling_seconds(p, n, a, b, c):
+    lg2, fold = folded_rounds(p)
+    f = (p - 1) / p
+    if not fold:
+        return lg2 * a + f * n * b
+    return lg2 * a + f * n * b + (a + n / p * b) + (a + f * n * b)   # + fold in, unfold out
+
+
+ROWS = [
+    Algorithm("allgather", "ring", ring, "(p-1) alpha + (p-1)/p n beta",
+              seconds=lambda p, n, a, b, c: (p - 1) * a + (p - 1) / p * n * b,
+              rounds=lambda p: p - 1, traffic=_one_block_to_all_traffic(lambda p: p - 1)),
+    Algorithm("allgather", "recursive_doubling", recursive_doubling, "lg p alpha + (p-1)/p n beta",
+              seconds=_recursive_doubling_seconds, rounds=lambda p: sum(folded_rounds(p)),
+              traffic=_recursive_doubling_traffic),
+    Algorithm("allgather", "bruck", bruck, "lg p alpha + (p-1)/p n beta",
+              seconds=lambda p, n, a, b, c: ceil_log2(p) * a + (p - 1) / p * n * b,
+              rounds=ceil_log2, traffic=_one_block_to_all_traffic(ceil_log2)),
+]
+ALGORITHMS = {row.name: row.run for row in ROWS}

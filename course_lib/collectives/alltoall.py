@@ -7,6 +7,9 @@ It is the transpose of a p x p matrix of blocks (row r lives on rank r).
 """
 from __future__ import annotations
 
+from ..runtime.registry import Algorithm
+from ._p2p import TrafficCount
+
 
 def _check(seq, p):
     if seq is None or len(seq) != p:
@@ -25,4 +28,16 @@ def pairwise(t, seq):
     return out
 
 
-ALGORITHMS = {"pairwise": pairwise}
+def _pairwise_traffic(p, n, itemsize, root, ndim):
+    count = TrafficCount(p, itemsize)
+    for r in range(p):
+        count.add(r, n * (p - 1), p - 1)           # one item to every other rank
+    return count.result()
+
+
+ROWS = [
+    Algorithm("alltoall", "pairwise", pairwise, "(p-1) alpha + (p-1)/p n beta",
+              seconds=lambda p, n, a, b, c: (p - 1) * a + (p - 1) / p * n * b,
+              rounds=lambda p: p - 1, traffic=_pairwise_traffic),
+]
+ALGORITHMS = {row.name: row.run for row in ROWS}

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime.registry import Algorithm
+from ._p2p import TrafficCount, ceil_log2
+
 
 def _token():
     return np.empty(0, dtype=np.uint8)
@@ -43,4 +46,27 @@ def dissemination(t) -> None:
         d *= 2
 
 
-ALGORITHMS = {"token_ring": token_ring, "dissemination": dissemination}
+# -- cost rows (tokens are empty: messages, no bytes) ----------------------------------------------
+def _token_ring_traffic(p, n, itemsize, root, ndim):
+    count = TrafficCount(p, itemsize)
+    for r in range(p):
+        count.add(r, 0, 1 if r == p - 1 else 2)   # the last rank does not pass the release on
+    return count.result()
+
+
+def _dissemination_traffic(p, n, itemsize, root, ndim):
+    count = TrafficCount(p, itemsize)
+    for r in range(p):
+        count.add(r, 0, ceil_log2(p))
+    return count.result()
+
+
+ROWS = [
+    Algorithm("barrier", "token_ring", token_ring, "(2p-1) alpha",
+              seconds=lambda p, n, a, b, c: (2 * p - 1) * a if p > 1 else 0.0,
+              rounds=lambda p: 2 * p - 1, traffic=_token_ring_traffic),
+    Algorithm("barrier", "dissemination", dissemination, "lg p alpha",
+              seconds=lambda p, n, a, b, c: ceil_log2(p) * a,
+              rounds=ceil_log2, traffic=_dissemination_traffic),
+]
+ALGORITHMS = {row.name: row.run for row in ROWS}

@@ -16,7 +16,9 @@ import pickle
 
 import numpy as np
 
-from ._p2p import chunk_bounds, is_array, pack_blocks, unpack_blocks
+from ..runtime.registry import Algorithm
+from ._p2p import (TrafficCount, binomial_children, ceil_log2, chunk_bounds, chunk_sizes, is_array, pack_blocks,
+                   unpack_blocks)
 
 
 def _lowbit(v: int, p: int) -> int:
@@ -216,6 +218,95 @@ def gather_binomial(t, obj, root=0):
     return [held[(src - root) % p] for src in range(p)]
 
 
-BCAST = {"flat": bcast_flat, "binomial": bcast_binomial, "scatter_allgather": bcast_scatter_allgather}
-SCATTER = {"flat": scatter_flat, "binomial": scatter_binomial}
-GATHER = {"flat": gather_flat, "binomial": gather_binomial}
+# -- cost rows ---------------------------------------------------------------------------------
+# n: the vector of each rank (bcast); the whole buffer of p blocks in seconds() of scatter and
+# gather, one block per rank in their traffic(). The binomial scatters tell the non-roots what
+# they receive with a header of (4 + ndim) int64 words per message (see _header).
+def _header_bytes(ndim):
+    return 8 * (4 + ndim)
+
+
+def _root_sends_to_all(p, n, itemsize, root, ndim):
+    count = TrafficCount(p, itemsize)
+    count.add(root, n * (p - 1), p - 1)
+    return count.result()
+
+
+def _bcast_binomial_traffic(p, n, itemsize, root, ndim):
+    count = TrafficCount(p, itemsize)
+    for r in range(p):
+        k = len(binomial_children((r - root) % p, p))
+        count.add(r, n * k, k)
+    return count.result()
+
+
+def _bcast_scatter_allgather_traffic(p, n, itemsize, root, ndim):
+    count, c = TrafficCount(p, itemsize), chunk_sizes(n, p)
+    for r in range(p):
+        vr = (r - root) % p
+        for child in binomial_children(vr, p):              # binomial scatter of subtrees
+            low = child & -child
+            count.add(r, sum(c[child:min(child + low, p)]))
+            count.bytes[r] += _header_bytes(ndim)
+        count.add(r, n - c[(vr + 1) % p], p - 1)            # ring allgather
+    return count.result()
+
+
+def _scatter_binomial_traffic(p, n, itemsize, root, ndim):   # an array of p rows of n items
+    count = TrafficCount(p, itemsize)
+    for r in range(p):
+        for child in binomial_children((r - root) % p, p):
+            low = child & -child
+            count.add(r, n * (min(child + low, p) - child))
+            count.bytes[r] += _header_bytes(ndim)
+    return count.result()
+
+
+def _gather_flat_traffic(p, n, itemsize, root, ndim):
+    count = TrafficCount(p, itemsize)
+    for r in range(p):
+        if r != root:
+            count.add(r, n)
+    return count.result()
+
+
+def _gather_binomial_traffic(p, n, itemsize, root, ndim):
+    count = TrafficCount(p, itemsize)
+    for r in range(p):
+        vr = (r - root) % p
+        if vr:
+            low = vr & -vr                                  # my subtree: ranks vr .. vr + low - 1
+            count.add(r, n * (min(vr + low, p) - vr))
+    return count.result()
+
+
+def _flat_seconds(p, n, a, b, c):
+    return (p - 1) * a + (p - 1) / p * n * b
+
+
+def _tree_seconds(p, n, a, b, c):
+    return ceil_log2(p) * a + (p - 1) / p * n * b
+
+
+ROWS = [
+    Algorithm("bcast", "flat", bcast_flat, "(p-1)(alpha + n beta)",
+              seconds=lambda p, n, a, b, c: (p - 1) * (a + n * b),
+              rounds=lambda p: p - 1, traffic=_root_sends_to_all),
+    Algorithm("bcast", "binomial", bcast_binomial, "lg p (alpha + n beta)",
+              seconds=lambda p, n, a, b, c: ceil_log2(p) * (a + n * b),
+              rounds=ceil_log2, traffic=_bcast_binomial_traffic),
+    Algorithm("bcast", "scatter_allgather", bcast_scatter_allgather, "(lg p + p - 1) alpha + 2 (p-1)/p n beta",
+              seconds=lambda p, n, a, b, c: (ceil_log2(p) + p - 1) * a + 2 * (p - 1) / p * n * b if p > 1 else 0.0,
+              traffic=_bcast_scatter_allgather_traffic),
+    Algorithm("scatter", "flat", scatter_flat, "(p-1) alpha + (p-1)/p n beta",
+              seconds=_flat_seconds, rounds=lambda p: p - 1, traffic=_root_sends_to_all),
+    Algorithm("scatter", "binomial", scatter_binomial, "lg p alpha + (p-1)/p n beta",
+              seconds=_tree_seconds, rounds=ceil_log2, traffic=_scatter_binomial_traffic),
+    Algorithm("gather", "flat", gather_flat, "(p-1) alpha + (p-1)/p n beta",
+              seconds=_flat_seconds, traffic=_gather_flat_traffic),
+    Algorithm("gather", "binomial", gather_binomial, "lg p alpha + (p-1)/p n beta",
+              seconds=_tree_seconds, traffic=_gather_binomial_traffic),
+]
+BCAST = {row.name: row.run for row in ROWS if row.collective == "bcast"}
+SCATTER = {row.name: row.run for row in ROWS if row.collective == "scatter"}
+GATHER = {row.name: row.run for row in ROWS if row.collective == "gather"}

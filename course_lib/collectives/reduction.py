@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._p2p import chunk_bounds, fold_roles, is_array
+from ..runtime.registry import Algorithm
+from ._p2p import (TrafficCount, binomial_children, ceil_log2, chunk_bounds, chunk_sizes, fold_roles, folded_rounds,
+                   halving_ranges, is_array)
 from .broadcast import bcast_binomial
 
 
@@ -72,9 +74,6 @@ def reduce_flat(t, obj, op, root=0):
         val = obj if src == root else t.recv(src)
         acc = val if src == 0 else op(acc, val)
     return acc
-
-
-REDUCE = {"binomial": reduce_binomial, "flat": reduce_flat}
 
 
 # -- reduce-scatter (returns this rank's chunk of the flattened result) -----------------
@@ -140,9 +139,6 @@ def rs_recursive_halving(t, x, op):
     if r < 2 * extra:
         t.send(flat[b[r - 1]:b[r]], r - 1)
     return flat[b[r]:b[r + 1]]
-
-
-REDUCE_SCATTER = {"ring": rs_ring, "pairwise": rs_pairwise, "recursive_halving": rs_recursive_halving}
 
 
 # -- allreduce -------------------------------------------------------------------------
@@ -219,10 +215,6 @@ def allreduce_rabenseifner(t, x, op):
     return flat.reshape(x.shape)
 
 
-ALLREDUCE = {"reduce_bcast": allreduce_reduce_bcast, "recursive_doubling": allreduce_recursive_doubling,
-             "ring": allreduce_ring, "rabenseifner": allreduce_rabenseifner}
-
-
 # -- scans -----------------------------------------------------------------------------
 def scan_linear(t, obj, op, exclusive=False):
     """Rank r waits for the prefix of ranks < r, adds its own, passes it on: p - 1 steps."""
@@ -251,4 +243,167 @@ def scan_recursive_doubling(t, obj, op, exclusive=False):
     return excl if exclusive else incl
 
 
-SCAN = {"linear": scan_linear, "recursive_doubling": scan_recursive_doubling}
+# -- cost rows (n: the vector of each rank) ----------------------------------------------------------
+def _non_roots_send_once(p, n, itemsize, root, ndim):
+    count = TrafficCount(p, itemsize)
+    for r in range(p):
+        if r != root:
+            count.add(r, n)
+    return count.result()
+
+
+def _rs_ring_traffic(p, n, itemsize, root, ndim):
+    count, c = TrafficCount(p, itemsize), chunk_sizes(n, p)
+    for r in range(p):
+        count.add(r, n - c[r], p - 1)                  # every chunk but my own, one per step
+    return count.result()
+
+
+def _rs_recursive_halving_traffic(p, n, itemsize, root, ndim):
+    count, c = TrafficCount(p, itemsize), chunk_sizes(n, p)
+    p2, extra, virt, real = fold_roles(p)
+    bounds = np.cumsum([0] + c)
+
+    def start(v):                                      # first element of virtual rank v's chunks
+        return int(bounds[2 * v if v < extra else v + extra])
+
+    for r in range(p):
+        if r < 2 * extra and r % 2 == 0:
+            count.add(r, n)                            # fold: hand everything to the odd rank above
+            continue
+        for keep, give in halving_ranges(virt[r], p2):
+            count.add(r, start(give[1]) - start(give[0]))
+        if r < 2 * extra:
+            count.add(r, c[r - 1])                     # unfold: the partner's chunk
+    return count.result()
+
+
+def _allreduce_ring_traffic(p, n, itemsize, root, ndim):
+    count, c = TrafficCount(p, itemsize), chunk_sizes(n, p)
+    for r in range(p):
+        count.add(r, 2 * n - c[r] - c[(r + 1) % p], 2 * (p - 1))
+    return count.result()
+
+
+def _allreduce_recursive_doubling_traffic(p, n, itemsize, root, ndim):
+    count = TrafficCount(p, itemsize)
+    p2, extra, virt, real = fold_roles(p)
+    for r in range(p):
+        if r < 2 * extra and r % 2 == 0:
+            count.add(r, n)
+        else:
+            k = ceil_log2(p2) + (1 if r < 2 * extra else 0)
+            count.add(r, n * k, k)
+    return count.result()
+
+
+def _allreduce_reduce_bcast_traffic(p, n, itemsize, root, ndim):
+    count = TrafficCount(p, itemsize)
+    for r in range(p):
+        k = (1 if r != 0 else 0) + len(binomial_children(r, p))
+        count.add(r, n * k, k)
+    return count.result()
+
+
+def _allreduce_rabenseifner_traffic(p, n, itemsize, root, ndim):
+    count = TrafficCount(p, itemsize)
+    p2, extra, virt, real = fold_roles(p)
+    c2 = chunk_sizes(n, p2)
+    for r in range(p):
+        if r < 2 * extra and r % 2 == 0:
+            count.add(r, n)
+            continue
+        for keep, give in halving_ranges(virt[r], p2):
+            count.add(r, sum(c2[give[0]:give[1]]))      # halving: send the other half
+            count.add(r, sum(c2[keep[0]:keep[1]]))      # doubling: send what I kept
+        if r < 2 * extra:
+            count.add(r, n)
+    return count.result()
+
+
+def _scan_linear_traffic(p, n, itemsize, root, ndim):
+    count = TrafficCount(p, itemsize)
+    for r in range(p - 1):
+        count.add(r, n)
+    return count.result()
+
+
+def _scan_recursive_doubling_traffic(p, n, itemsize, root, ndim):
+    count = TrafficCount(p, itemsize)
+    for r in range(p):
+        d = 1
+        while d < p:
+            if r + d < p:
+                count.add(r, n)
+            d *= 2
+    return count.result()
+
+
+def _folded(pow2_seconds, folded_seconds):
+    """seconds(): the power-of-two formula, or, for other p, the run among p2 = 2^floor(lg p)
+    ranks plus folding in and out (Thakur et al. 2005, section 4)."""
+    def seconds(p, n, a, b, c):
+        lg2, fold = folded_rounds(p)
+        return pow2_seconds(p, n, a, b, c) if not fold else folded_seconds(p, n, a, b, c, lg2)
+    return seconds
+
+
+def _ring_allreduce_seconds(p, n, a, b, c):
+    from course_lib.reference.ex02 import ring_allreduce_time   # question ex02_4
+    return float(ring_allreduce_time(p, n, a, b, c))
+
+
+def _F(p):
+    """(p-1)/p: the fraction of the vector a rank sends (and receives) in the bandwidth-optimal algorithms."""
+    return (p - 1) / p
+
+
+ROWS = [
+    Algorithm("reduce", "binomial", reduce_binomial, "lg p (alpha + n beta + n gamma)",
+              seconds=lambda p, n, a, b, c: ceil_log2(p) * (a + n * b + n * c), traffic=_non_roots_send_once),
+    Algorithm("reduce", "flat", reduce_flat, "(p-1)(alpha + n beta + n gamma)",
+              seconds=lambda p, n, a, b, c: (p - 1) * (a + n * b + n * c), traffic=_non_roots_send_once),
+    Algorithm("reduce_scatter", "ring", rs_ring, "(p-1) alpha + (p-1)/p n (beta + gamma)",
+              seconds=lambda p, n, a, b, c: (p - 1) * a + _F(p) * n * (b + c),
+              rounds=lambda p: p - 1, traffic=_rs_ring_traffic),
+    Algorithm("reduce_scatter", "pairwise", rs_pairwise, "(p-1) alpha + (p-1)/p n (beta + gamma)",
+              seconds=lambda p, n, a, b, c: (p - 1) * a + _F(p) * n * (b + c),
+              rounds=lambda p: p - 1, traffic=_rs_ring_traffic),
+    Algorithm("reduce_scatter", "recursive_halving", rs_recursive_halving, "lg p alpha + (p-1)/p n (beta + gamma)",
+              seconds=_folded(lambda p, n, a, b, c: ceil_log2(p) * a + _F(p) * n * (b + c),
+                              lambda p, n, a, b, c, lg2: (lg2 * a + _F(p) * n * (b + c) + (a + n * b + n * c)
+                                                          + (a + n / p * b))),
+              rounds=lambda p: sum(folded_rounds(p)), traffic=_rs_recursive_halving_traffic),
+    Algorithm("allreduce", "reduce_bcast", allreduce_reduce_bcast, "2 lg p alpha + 2 lg p n beta + lg p n gamma",
+              seconds=lambda p, n, a, b, c: ceil_log2(p) * (2 * a + 2 * n * b + n * c),
+              traffic=_allreduce_reduce_bcast_traffic),
+    Algorithm("allreduce", "recursive_doubling", allreduce_recursive_doubling, "lg p (alpha + n beta + n gamma)",
+              seconds=_folded(lambda p, n, a, b, c: ceil_log2(p) * (a + n * b + n * c),
+                              lambda p, n, a, b, c, lg2: (lg2 * (a + n * b + n * c) + (a + n * b + n * c)
+                                                          + (a + n * b))),
+              rounds=lambda p: sum(folded_rounds(p)), traffic=_allreduce_recursive_doubling_traffic),
+    Algorithm("allreduce", "ring", allreduce_ring, "2(p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma",
+              seconds=_ring_allreduce_seconds, rounds=lambda p: 2 * (p - 1), traffic=_allreduce_ring_traffic),
+    Algorithm("allreduce", "rabenseifner", allreduce_rabenseifner, "2 lg p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma",
+              seconds=_folded(lambda p, n, a, b, c: 2 * ceil_log2(p) * a + 2 * _F(p) * n * b + _F(p) * n * c,
+                              lambda p, n, a, b, c, lg2: (2 * lg2 * a + 2 * _F(p) * n * b + _F(p) * n * c
+                                                          + (a + n * b + n * c) + (a + n * b))),
+              rounds=lambda p: 2 * folded_rounds(p)[0] + folded_rounds(p)[1],
+              traffic=_allreduce_rabenseifner_traffic),
+    Algorithm("scan", "linear", scan_linear, "(p-1)(alpha + n beta + n gamma)",
+              seconds=lambda p, n, a, b, c: (p - 1) * (a + n * b + n * c),
+              rounds=lambda p: p - 1, traffic=_scan_linear_traffic),
+    Algorithm("scan", "recursive_doubling", scan_recursive_doubling, "lg p (alpha + n beta + n gamma)",
+              seconds=lambda p, n, a, b, c: ceil_log2(p) * (a + n * b + n * c),
+              rounds=ceil_log2, traffic=_scan_recursive_doubling_traffic),
+    # exscan runs the scan algorithms with exclusive=True; its costs are not kept in closed form
+    Algorithm("exscan", "linear", scan_linear),
+    Algorithm("exscan", "recursive_doubling", scan_recursive_doubling),
+]
+
+
+def _table(collective):
+    return {row.name: row.run for row in ROWS if row.collective == collective}
+
+
+REDUCE, REDUCE_SCATTER, ALLREDUCE, SCAN = (_table(c) for c in ("reduce", "reduce_scatter", "allreduce", "scan"))

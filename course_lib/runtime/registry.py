@@ -22,20 +22,25 @@ COLLECTIVES = ("barrier", "bcast", "scatter", "gather", "allgather", "alltoall",
 
 @dataclass(frozen=True)
 class Algorithm:
-    """One way to run one collective.
+    """One way to run one collective, and what it costs.
 
     ``run(t, ...)`` is the algorithm on a transport ``t`` (``rank``, ``size``, ``send``,
-    ``recv``, ``sendrecv``). ``time`` is its alpha-beta-gamma formula as text (Thakur,
-    Rabenseifner & Gropp 2005), ``rounds(p)`` the length of its critical path in
-    messages (None where that depends on how a rank orders its receives), and
-    ``traffic(p, n, itemsize, root)`` the exact (bytes, messages) each rank sends, as two
-    lists of length p (None where the payload is not a fixed function of n).
+    ``recv``, ``sendrecv``). The cost fields are None where no closed form is kept:
+
+    * ``formula``: its alpha-beta-gamma time as text, e.g. ``"lg p (alpha + n beta)"``
+      (Hockney 1994; Thakur, Rabenseifner & Gropp 2005);
+    * ``seconds(p, n, alpha, beta, gamma)``: that time for p ranks and n bytes;
+    * ``rounds(p)``: the longest chain of messages each waiting for the one before it
+      (what the alpha term counts), for p >= 2;
+    * ``traffic(p, n, itemsize, root, ndim)``: the exact bytes and messages each rank
+      sends, as two int arrays of length p, for p >= 2.
     """
 
     collective: str
     name: str
     run: Callable
-    time: str = ""
+    formula: str | None = None
+    seconds: Callable[..., float] | None = None
     rounds: Callable[[int], int] | None = None
     traffic: Callable | None = None
 

@@ -95,3 +95,19 @@ def test_public_names_keep_working():
 
     for collective, table in ALGORITHMS.items():
         assert set(table) == set(registry.algorithms(collective)), collective
+
+
+def test_lesson_02_and_the_cost_model_read_the_same_rows():
+    from course_lib import costs
+    from course_lib.runtime import registry
+
+    checked = 0
+    for collective in registry.COLLECTIVES:
+        for name, row in registry.algorithms(collective).items():
+            if row.formula is None:
+                continue
+            assert costs.FORMULAS[(collective, name)] is row.formula
+            model = costs.CostModel(alpha=1e-5, beta=1e-9, gamma=1e-10)
+            assert costs.predict(collective, name, 6, 1e6, model) == row.seconds(6, 1e6, 1e-5, 1e-9, 1e-10)
+            checked += 1
+    assert checked >= 24

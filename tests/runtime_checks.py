@@ -35,9 +35,8 @@ def our_segments(pids=None) -> list[str]:
     pids = set(pids or [])
     out = []
     for name in shm.list_segments():
-        try:
-            pid = int(name[len(shm.PREFIX):].split("_")[0])
-        except ValueError:
+        pid = shm.creator_pid(name)
+        if pid is None:
             continue
         mine_and_unowned = pid == os.getpid() and name not in shm._owned  # owned = still in use
         if mine_and_unowned or (pid in pids and not psutil.pid_exists(pid)):
@@ -54,3 +53,30 @@ def assert_clean(pids=(), within: float = 3.0) -> None:
         time.sleep(0.05)
     assert not worker_children(), f"orphan processes: {[(p.pid, p.cmdline()) for p in worker_children()]}"
     assert not our_segments(pids), f"leaked segments: {our_segments(pids)}"
+
+
+def _shm_maps(pid: int, name: str) -> list[str]:
+    """The lines of /proc/<pid>/smaps about /dev/shm/<name> (each mapping and its counters)."""
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            lines = f.readlines()
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+    out, inside = [], False
+    for line in lines:
+        first = line.split(" ", 1)[0]
+        if "-" in first and not first.endswith(":"):  # a mapping's header line
+            inside = f"/dev/shm/{name}" in line
+        if inside:
+            out.append(line)
+    return out
+
+
+def mapped_by(pid: int, name: str) -> bool:
+    """Whether process ``pid`` maps the /dev/shm file ``name`` (even after it was unlinked)."""
+    return bool(_shm_maps(pid, name))
+
+
+def shm_rss_kb(pid: int, name: str) -> int:
+    """Resident kB of ``pid``'s mappings of /dev/shm/<name>: the memory that mapping holds."""
+    return sum(int(line.split()[1]) for line in _shm_maps(pid, name) if line.startswith("Rss:"))

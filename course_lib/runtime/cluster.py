@@ -3,20 +3,31 @@
 How the wiring works (and why):
 
 * Each worker has one *control* Pipe to the launching process (tasks, results, barrier).
+  What travels on it are the small message classes below (``StartRun``, ``RunDone``, ...).
 * Workers are wired to each other by duplex Pipes: the full mesh by default, or only the
-  edges of a networkx graph. The Pipes are made *inside the workers* (each listens on a
-  local socket, connects to its higher-ranked neighbours and accepts the lower ones), so
-  no process ever holds every end: a 64-way full mesh needs 63 descriptors per worker,
-  not 4032 in the parent (the default limit is 1024 on Linux, 256 on macOS).
+  edges of an undirected networkx graph. The Pipes are made *inside the workers* (each
+  listens on a local socket, connects to its higher-ranked neighbours and accepts the
+  lower ones), so no process ever holds every end: a 64-way full mesh needs 63
+  descriptors per worker, not 4032 in the parent (the default limit is 1024 on Linux,
+  256 on macOS). Before starting, the cluster checks that the limit is high enough.
 * Failures are detected by watching the control Pipes *and* the process sentinels, so a
   worker that raises, is killed by a signal or hangs is reported with its rank within a
   fraction of a second, and every other worker is stopped: no orphans, no hangs.
+  Stopping is done for all workers at once, with one short grace period in total, so a
+  worker stuck in a long C call (which cannot run its SIGTERM handler) costs a fraction
+  of a second, not a second per worker.
+* Ctrl-C is held back only while a process is being started or stopped (a few
+  milliseconds), so it never leaves a started worker unrecorded; anywhere else it stops
+  every worker and raises ``KeyboardInterrupt`` at once.
 """
 from __future__ import annotations
 
 import atexit
+import errno
 import logging
 import multiprocessing as mp
+import numbers
+import operator
 import os
 import signal
 import sys
@@ -24,13 +35,15 @@ import threading
 import time
 import traceback
 import weakref
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from multiprocessing.connection import Client, Listener
 from multiprocessing.connection import wait as wait_for
 
 import cloudpickle
 
 from . import shm
-from .comm import Comm, PeerLost
+from .comm import Comm
 from .faults import as_fault, check_rank_map, check_slow
 from .logs import LogRouter, setup_worker_logging
 from .netem import Network
@@ -38,6 +51,10 @@ from .trace import Stats, Timeline
 
 START_METHODS = ("fork", "spawn", "forkserver")
 _RESERVED = ("network", "slow", "faults", "timeout", "on_failure")
+_STOP_GRACE_S = 1.0       # a polite Stop(): workers finish their loop and release what they own
+_TERMINATE_GRACE_S = 0.3  # after SIGTERM, for all workers together; then SIGKILL
+_REPORT_WINDOW_S = 0.3    # after a first failure, how long other ranks may still report theirs
+_FDS_BASE = 40            # descriptors a worker or the parent holds besides its Pipes (python, numpy, logs)
 
 
 class WorkerError(RuntimeError):
@@ -65,6 +82,101 @@ class RunResult(list):
         self.stats, self.timeline, self.wall_time, self.failures = stats, timeline, wall_time, failures
 
 
+# ------------------------------------------------------------ control messages
+# parent -> worker
+@dataclass(frozen=True)
+class WireUp:
+    higher: dict   # rank -> address, for the neighbours this worker connects to
+    lower: list    # ranks of the neighbours that connect to this worker
+
+
+@dataclass(frozen=True)
+class StartRun:
+    """Followed on the Pipe by the pickled (fn, args, kwargs) as raw bytes."""
+    run_id: int
+    t0: float
+    network: Network
+    slow: dict
+    faults: dict
+    trace: bool
+    drop_segments: tuple = ()  # segments the parent released since the last message
+
+
+@dataclass(frozen=True)
+class DropSegments:
+    """The parent released these segments: unmap them, so their memory is really freed."""
+    names: tuple
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+# worker -> parent
+@dataclass(frozen=True)
+class Listening:
+    address: object
+
+
+@dataclass(frozen=True)
+class Wired:
+    pass
+
+
+@dataclass(frozen=True)
+class StartFailed:
+    exc_type: str
+    message: str
+    traceback: str
+    errno: int | None = None
+
+
+@dataclass(frozen=True)
+class RunDone:
+    run_id: int
+    result: bytes
+    result_type: str
+    stats: Stats
+    events: list
+
+
+@dataclass(frozen=True)
+class RunFailed:
+    run_id: int
+    exc_type: str
+    message: str
+    traceback: str
+    stats: Stats
+    events: list
+    raised_at: float = field(default_factory=time.time)  # wall clock, to measure how fast it is reported
+
+
+@dataclass(frozen=True)
+class BarrierArrived:
+    rank: int
+
+
+@dataclass(frozen=True)
+class Progress:
+    rank: int
+    done: int
+    total: int
+
+
+_BARRIER_GO = ("barrier_go",)  # the reply comm.barrier() waits for
+
+
+def _as_message(raw):
+    """The communicator (comm.py) still sends barrier and progress as tuples: give them types."""
+    if isinstance(raw, tuple) and raw and raw[0] == "barrier":
+        return BarrierArrived(raw[1])
+    if isinstance(raw, tuple) and raw and raw[0] == "progress":
+        return Progress(*raw[1:4])
+    return raw
+
+
+# ------------------------------------------------------------ checks of the arguments
 def default_start_method() -> str:
     env = os.environ.get("COURSE_START_METHOD")
     if env:
@@ -74,13 +186,50 @@ def default_start_method() -> str:
     return mp.get_start_method(allow_none=False)
 
 
+def _check_n_workers(n_workers) -> int:
+    """An int, or anything that *is* one (np.int64 from np.arange); never a bool or a float."""
+    if isinstance(n_workers, bool):
+        raise TypeError("n_workers must be an int, got bool")
+    try:
+        n = operator.index(n_workers)
+    except TypeError:
+        raise TypeError(f"n_workers must be an int, got {type(n_workers).__name__}") from None
+    if n < 1:
+        raise ValueError(f"n_workers must be >= 1, got {n}")
+    return n
+
+
+def _check_start_method(start_method) -> str:
+    if start_method is None:
+        return default_start_method()
+    if start_method not in START_METHODS:
+        raise ValueError(f"unknown start_method {start_method!r}; expected one of {START_METHODS} "
+                         f"(or None for the default)")
+    if start_method not in mp.get_all_start_methods():
+        raise ValueError(f"start_method {start_method!r} is not available on this platform "
+                         f"(available: {mp.get_all_start_methods()})")
+    return start_method
+
+
+def _as_rank(node):
+    try:
+        return operator.index(node) if not isinstance(node, bool) else node
+    except TypeError:
+        return node
+
+
 def _normalise_graph(graph, n_workers):
-    """Neighbour sets from a networkx graph whose nodes must be exactly 0..n-1."""
+    """Neighbour sets (of plain ints) from an undirected networkx graph on nodes 0..n-1."""
     if graph is None:
         return {r: set(range(n_workers)) - {r} for r in range(n_workers)}
     if not hasattr(graph, "nodes") or not hasattr(graph, "edges"):
         raise TypeError(f"graph must be a networkx graph, got {type(graph).__name__}")
-    nodes = set(graph.nodes)
+    if getattr(graph, "is_directed", lambda: False)():
+        raise ValueError(
+            "graph is directed, but the links between workers are duplex Pipes: along an edge "
+            "both ends can send and receive. Say so deliberately with graph=G.to_undirected() "
+            "(an edge in either direction becomes one two-way link)")
+    nodes = {_as_rank(v) for v in graph.nodes}
     if nodes != set(range(n_workers)):
         extra = sorted(map(repr, nodes - set(range(n_workers))))
         missing = sorted(set(range(n_workers)) - nodes)
@@ -90,10 +239,65 @@ def _normalise_graph(graph, n_workers):
         )
     neigh = {r: set() for r in range(n_workers)}
     for u, v in graph.edges():
+        u, v = _as_rank(u), _as_rank(v)
         if u != v:
             neigh[u].add(v)
             neigh[v].add(u)
     return neigh
+
+
+def _check_descriptor_budget(neighbors: dict) -> None:
+    """Refuse to start when the open-file limit cannot hold the Pipes (instead of failing mid-way)."""
+    try:
+        import resource
+    except ImportError:  # Windows: no RLIMIT_NOFILE
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return
+    n = len(neighbors)
+    degree = max((len(p) for p in neighbors.values()), default=0)
+    need = max(degree + _FDS_BASE, 2 * n + _FDS_BASE)  # a worker's links; the parent's Pipes + sentinels
+    if need > soft:
+        raise OSError(errno.EMFILE, _descriptor_advice(n, degree, soft, hard, need))
+
+
+def _descriptor_advice(n: int, degree: int, soft: int, hard: int, need: int | None = None) -> str:
+    from_need = f"needs about {need} open files per process, but" if need else "ran out of open files:"
+    suggest = max(4096, need or 0)
+    raise_it = (f"raise the limit: `ulimit -n {suggest}` in the shell that starts Jupyter, or in Python "
+                f"before creating the Cluster: resource.setrlimit(resource.RLIMIT_NOFILE, ({suggest}, "
+                f"{'resource.RLIM_INFINITY' if hard < 0 else hard}))")
+    if 0 <= hard < suggest:
+        raise_it = (f"the hard limit is {hard}, so only an administrator can raise it (`ulimit -Hn`)")
+    return (f"Cluster({n}) {from_need} this process may open only {soft} file descriptors "
+            f"(RLIMIT_NOFILE; each worker holds one Pipe per neighbour, {degree} here, and the "
+            f"parent two per worker). To fix it, {raise_it}; or use fewer workers or a sparser "
+            f"graph (Cluster(n, graph=G)).")
+
+
+@contextmanager
+def _interrupts_deferred():
+    """Hold Ctrl-C (SIGINT) back until the block ends, then deliver it.
+
+    Used around starting or stopping one process: an interrupt half-way through
+    ``Process.start()`` would leave a child running that no list knows about.
+    Only the main thread receives KeyboardInterrupt, so other threads need no deferral.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            if callable(previous):
+                previous(signal.SIGINT, received[0])
+            elif previous == signal.SIG_DFL:
+                raise KeyboardInterrupt
 
 
 class Cluster:
@@ -106,7 +310,8 @@ class Cluster:
 
     Parameters (each of network/slow/faults/timeout/on_failure can also be given per run):
       start_method: "fork" | "spawn" | "forkserver" (default: $COURSE_START_METHOD, else Python's default)
-      graph: a networkx graph on nodes 0..n-1; Pipes exist only along its edges
+      graph: an undirected networkx graph on nodes 0..n-1; Pipes exist only along its edges
+        (a directed graph is refused: Pipes are two-way; pass ``G.to_undirected()``)
       network: :class:`Network` to emulate latency and bandwidth
       slow: {rank: factor}, that rank's compute phases take ``factor`` times longer
       faults: {rank: Fault(kind, step)}, make that rank fail at a compute step
@@ -118,28 +323,22 @@ class Cluster:
     def __init__(self, n_workers: int, start_method: str | None = None, graph=None, network: Network | None = None,
                  slow=None, faults=None, timeout: float | None = 120.0, on_failure: str = "raise",
                  log_level=logging.INFO, trace: bool = True):
-        if isinstance(n_workers, bool) or not isinstance(n_workers, int):
-            raise TypeError(f"n_workers must be an int, got {type(n_workers).__name__}")
-        if n_workers < 1:
-            raise ValueError(f"n_workers must be >= 1, got {n_workers}")
-        start_method = start_method or default_start_method()
-        if start_method not in START_METHODS:
-            raise ValueError(f"unknown start_method {start_method!r}; expected one of {START_METHODS}")
-        if start_method not in mp.get_all_start_methods():
-            raise ValueError(f"start_method {start_method!r} is not available on this platform "
-                             f"(available: {mp.get_all_start_methods()})")
-        self.n_workers = n_workers
-        self.start_method = start_method
-        self._neighbors = _normalise_graph(graph, n_workers)
+        self.n_workers = _check_n_workers(n_workers)
+        self.start_method = _check_start_method(start_method)
+        self._neighbors = _normalise_graph(graph, self.n_workers)
         self.graph = graph
         self._defaults = self._check_knobs(dict(network=network, slow=slow, faults=faults, timeout=timeout,
                                                 on_failure=on_failure))
         self.log_level = log_level
         self.trace = trace
-        self._ctx = mp.get_context(start_method)
+        _check_descriptor_budget(self._neighbors)
+        self._ctx = mp.get_context(self.start_method)
         self._procs: list = []
         self._conns: list = []
+        self._all_pids: set[int] = set()     # every worker ever started, to sweep what they leave
         self._shared: list[shm.SharedArray] = []
+        self._released: list[str] = []       # segments released in the parent, not yet dropped by workers
+        self._control_lock = threading.Lock()  # held by run(): no other message may interleave
         self._run_id = 0
         self._closed = False
         self._needs_restart = False
@@ -147,7 +346,8 @@ class Cluster:
         shm.sweep()  # segments left behind by a kernel that was killed
         self._start()
         self._finalizer = weakref.finalize(self, Cluster._stop_workers, self._procs, self._conns)
-        atexit.register(self._atexit_ref(), )
+        shm.add_release_listener(self._on_segment_released)
+        atexit.register(self._atexit_ref())
 
     def _atexit_ref(self):
         ref = weakref.ref(self)
@@ -165,108 +365,149 @@ class Cluster:
             raise TypeError(f"network must be a course_lib.Network, got {type(network).__name__}")
         faults = {r: as_fault(f) for r, f in check_rank_map(knobs["faults"], self.n_workers, "faults").items()}
         timeout = knobs["timeout"]
-        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
+                                    or not timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
         if knobs["on_failure"] not in ("raise", "continue"):
             raise ValueError(f"on_failure must be 'raise' or 'continue', got {knobs['on_failure']!r}")
         return dict(network=network, slow=check_slow(knobs["slow"], self.n_workers), faults=faults,
-                    timeout=timeout, on_failure=knobs["on_failure"])
+                    timeout=None if timeout is None else float(timeout), on_failure=knobs["on_failure"])
 
     # -- lifecycle ------------------------------------------------------------
     def _start(self) -> None:
         t_start = time.perf_counter()
         self._logs = LogRouter(self._ctx, self.start_method)
-        owner = os.getpid()
-        for rank in range(self.n_workers):
-            parent_end, child_end = self._ctx.Pipe(duplex=True)
-            proc = self._ctx.Process(
-                target=_worker_entry,
-                args=(rank, self.n_workers, child_end, self._logs.channel, owner, self.log_level),
-                name=f"course-worker-{rank}", daemon=True,
-            )
-            proc.start()
-            child_end.close()  # else the parent never sees EOF when this child dies
-            self._procs.append(proc)
-            self._conns.append(parent_end)
         try:
+            for rank in range(self.n_workers):
+                with _interrupts_deferred():
+                    self._launch(rank)
             self._wire_mesh(deadline=time.perf_counter() + 60)
-        except BaseException:
-            self._stop_workers(self._procs, self._conns)
+        except BaseException as exc:
+            with _interrupts_deferred():
+                self._stop_workers(self._procs, self._conns, graceful=False)
+                self._logs.close(wait=0.3)
+                self._logs = None
+                _sweep_segments_of(self._all_pids)
+            if isinstance(exc, OSError) and exc.errno == errno.EMFILE:
+                raise OSError(errno.EMFILE, self._fd_advice()) from exc
             raise
         self.startup_time = time.perf_counter() - t_start
 
+    def _launch(self, rank: int) -> None:
+        """Start the worker of ``rank`` and record it (call with interrupts deferred)."""
+        parent_end, child_end = self._ctx.Pipe(duplex=True)
+        # A forked child inherits the parent's ends of its elder siblings' Pipes: hand them
+        # over so it closes them (63 wasted descriptors per worker at n=64 otherwise).
+        inherited = (list(self._conns), [p.sentinel for p in self._procs]) if self.start_method == "fork" else None
+        proc = self._ctx.Process(
+            target=_worker_entry,
+            args=(rank, self.n_workers, child_end, self._logs.channel, os.getpid(), self.log_level, inherited),
+            name=f"course-worker-{rank}", daemon=True,
+        )
+        try:
+            proc.start()
+        finally:
+            child_end.close()  # else the parent never sees EOF when this child dies
+        self._procs.append(proc)
+        self._conns.append(parent_end)
+        self._all_pids.add(proc.pid)
+
+    def _fd_advice(self) -> str:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        degree = max(len(p) for p in self._neighbors.values())
+        return _descriptor_advice(self.n_workers, degree, soft, hard)
+
     def _wire_mesh(self, deadline: float) -> None:
-        """Collect each worker's listening address, hand out neighbours' addresses, wait for 'wired'."""
-        addresses = self._gather_control("address", deadline)
+        """Collect each worker's listening address, hand out neighbours' addresses, wait until wired."""
+        addresses = [m.address for m in self._gather_control(Listening, deadline)]
         for rank, conn in enumerate(self._conns):
             higher = {p: addresses[p] for p in self._neighbors[rank] if p > rank}
             lower = sorted(p for p in self._neighbors[rank] if p < rank)
-            conn.send(("wire", higher, lower))
-        self._gather_control("wired", deadline)
+            conn.send(WireUp(higher, lower))
+        self._gather_control(Wired, deadline)
 
-    def _gather_control(self, kind: str, deadline: float) -> list:
+    def _gather_control(self, expected: type, deadline: float) -> list:
         out = [None] * self.n_workers
         waiting = set(range(self.n_workers))
         while waiting:
-            conns = {self._conns[r]: r for r in waiting}
-            sentinels = {self._procs[r].sentinel: r for r in waiting}
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 raise WorkerTimeout(f"workers {sorted(waiting)} did not start in time", min(waiting), waiting)
-            for obj in wait_for(list(conns) + list(sentinels), timeout=min(remaining, 1.0)):
-                rank = conns.get(obj, sentinels.get(obj))
-                if rank not in waiting:
-                    continue
-                try:
-                    msg = self._conns[rank].recv() if obj in conns else None
-                except EOFError:
-                    msg = None
-                if msg is None or msg[0] == "error":
-                    tb = msg[4] if msg else ""
-                    self._procs[rank].join(1)
-                    raise WorkerError(f"worker {rank} failed while starting (exit code "
-                                      f"{self._procs[rank].exitcode})\n{tb}", rank, [rank], tb,
-                                      self._procs[rank].exitcode)
-                assert msg[0] == kind, msg
-                out[rank] = msg[1] if len(msg) > 1 else None
+            for rank, msg in self._ready_messages(waiting, min(remaining, 1.0)):
+                if not isinstance(msg, expected):
+                    raise self._start_error(rank, msg)
+                out[rank] = msg
                 waiting.discard(rank)
         return out
+
+    def _start_error(self, rank: int, msg) -> Exception:
+        if not isinstance(msg, StartFailed):
+            return self._death_error(rank, while_starting=True)
+        if msg.errno == errno.EMFILE:
+            return OSError(errno.EMFILE, f"worker {rank} failed while starting: {msg.message}\n"
+                                         + self._fd_advice() + _forkserver_limit_note(self.start_method))
+        return WorkerError(f"worker {rank} failed while starting: {msg.exc_type}: {msg.message}\n\n"
+                           f"--- traceback from rank {rank} ---\n{msg.traceback}", rank, [rank],
+                           msg.traceback, exc_type=msg.exc_type)
+
+    def _ready_messages(self, ranks, timeout: float):
+        """Wait (at most ``timeout`` s) on the control Pipes and the process sentinels of ``ranks``.
+
+        Yields ``(rank, message)``; the message is ``None`` when the process is gone.
+        One ``wait()`` on every descriptor at once: the delay does not grow with n.
+        """
+        conns = {self._conns[r]: r for r in ranks}
+        sentinels = {self._procs[r].sentinel: r for r in ranks}
+        seen = set()
+        for obj in wait_for(list(conns) + list(sentinels), timeout=timeout):
+            rank = conns.get(obj, sentinels.get(obj))
+            if rank in seen:
+                continue
+            seen.add(rank)
+            conn = self._conns[rank]
+            try:
+                msg = _as_message(conn.recv()) if (obj in conns or conn.poll()) else None
+            except (EOFError, OSError):
+                msg = None
+            yield rank, msg
 
     def close(self) -> None:
         """Stop every worker and free the shared memory this cluster created."""
         if self._closed:
             return
         self._closed = True
-        pids = [p.pid for p in self._procs]
-        self._stop_workers(self._procs, self._conns)
-        for sa in self._shared:
-            sa.release()
-        self._shared.clear()
-        if self._logs is not None:
-            self._logs.close()
-            self._logs = None
-        _sweep_segments_of(pids)
+        with _interrupts_deferred():
+            self._stop_workers(self._procs, self._conns)
+            for sa in self._shared:
+                sa.release()
+            self._shared.clear()
+            if self._logs is not None:
+                self._logs.close()
+                self._logs = None
+            _sweep_segments_of(self._all_pids)
 
     @staticmethod
     def _stop_workers(procs, conns, graceful: bool = True) -> None:
-        """Ask politely (graceful), then SIGTERM, then SIGKILL; always reap and close."""
+        """Ask politely (graceful), then SIGTERM, then SIGKILL; always reap and close.
+
+        Each step addresses every worker at once and waits for all of them together, so
+        stopping 64 workers stuck in C code takes about a second, not a second each.
+        """
         if graceful:
             for conn in conns:
                 try:
-                    conn.send(("stop",))
+                    conn.send(Stop())
                 except Exception:
                     pass
-            deadline = time.perf_counter() + 1.0
-            for p in procs:
-                p.join(max(0.0, deadline - time.perf_counter()))
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(1.0)
-            if p.is_alive():
-                p.kill()
-                p.join(1.0)
+            _wait_for_exits(procs, _STOP_GRACE_S)
+        for p in _alive(procs):
+            p.terminate()
+        _wait_for_exits(procs, _TERMINATE_GRACE_S)
+        for p in _alive(procs):
+            p.kill()
+        _wait_for_exits(procs, 5.0)
         for conn in conns:
             conn.close()
         for p in procs:
@@ -279,11 +520,12 @@ class Cluster:
 
     def restart(self) -> None:
         """Replace every worker by a fresh one (used after a failed run)."""
-        pids = [p.pid for p in self._procs]
-        self._stop_workers(self._procs, self._conns, graceful=False)
-        if self._logs is not None:
-            self._logs.close(wait=0.3)
-        _sweep_segments_of(pids)
+        with _interrupts_deferred():
+            self._stop_workers(self._procs, self._conns, graceful=False)
+            if self._logs is not None:
+                self._logs.close(wait=0.3)
+            _sweep_segments_of(self._all_pids)
+            self._released.clear()  # new workers have mapped nothing yet
         self._start()
 
     def __enter__(self):
@@ -303,9 +545,31 @@ class Cluster:
     # -- shared memory --------------------------------------------------------
     def share(self, array) -> shm.SharedArray:
         """Copy ``array`` into shared memory owned by this cluster (freed on close)."""
+        if self._closed:
+            raise RuntimeError("this Cluster is closed: share() would make shared memory that nothing "
+                               "frees; create a new Cluster, or use SharedArray.from_array(array)")
         sa = shm.SharedArray.from_array(array)
         self._shared.append(sa)
         return sa
+
+    def _on_segment_released(self, name: str) -> None:
+        """The parent released a segment: workers must unmap it too, or its memory stays in use.
+
+        Told now if no run is going on (a message between runs is safe), else with the next run.
+        Never blocks: this may be called by the garbage collector in the middle of a run.
+        """
+        self._released.append(name)
+        if self._closed or not self._control_lock.acquire(blocking=False):
+            return
+        try:
+            names, self._released[:] = tuple(self._released), []
+            for conn in self._conns:
+                try:
+                    conn.send(DropSegments(names))
+                except OSError:
+                    self._needs_restart = True  # a dead worker: the next run replaces it
+        finally:
+            self._control_lock.release()
 
     # -- running --------------------------------------------------------------
     def run(self, fn, *args, **kwargs) -> RunResult:
@@ -321,125 +585,186 @@ class Cluster:
         knobs = dict(self._defaults)
         knobs.update({k: kwargs.pop(k) for k in _RESERVED if k in kwargs})
         knobs = self._check_knobs(knobs)
-        if self._needs_restart or not self._procs or any(not p.is_alive() for p in self._procs):
-            self.restart()
-            self._needs_restart = False
         try:
             payload = cloudpickle.dumps((fn, args, kwargs))
         except Exception as exc:
             raise TypeError(f"cannot send fn and its arguments to the workers: {exc}") from exc
+        with self._control_lock:
+            if self._needs_restart or not self._procs or any(not p.is_alive() for p in self._procs):
+                self.restart()
+                self._needs_restart = False
+            return self._run_locked(payload, knobs)
+
+    def _run_locked(self, payload: bytes, knobs: dict) -> RunResult:
         self._run_id += 1
         t0 = time.perf_counter()
-        config = (self._run_id, t0, knobs["network"], knobs["slow"], knobs["faults"], self.trace)
-        for conn in self._conns:
-            conn.send(("run", config))
-            conn.send_bytes(payload)
+        dropped, self._released[:] = tuple(self._released), []
+        start = StartRun(self._run_id, t0, knobs["network"], knobs["slow"], knobs["faults"], self.trace, dropped)
         bar = _ProgressBar()
         try:
-            return self._collect(t0, knobs, bar)
+            for conn in self._conns:
+                conn.send(start)
+                conn.send_bytes(payload)
+            return self._collect(_RunState(self.n_workers, t0, knobs), bar)
         except BaseException:
             # Some workers may be blocked on a peer that failed: stop them all now;
             # the next run() starts fresh ones.
-            self._stop_workers(self._procs, self._conns, graceful=False)
+            with _interrupts_deferred():
+                self._stop_workers(self._procs, self._conns, graceful=False)
+                _sweep_segments_of(self._all_pids)
             raise
         finally:
             bar.close()
 
-    def _collect(self, t0: float, knobs: dict, bar: "_ProgressBar") -> RunResult:
-        n = self.n_workers
-        results, failures = [None] * n, {}
-        stats, events = Stats(n), []
-        running = set(range(n))
-        at_barrier: set[int] = set()
-        errors: list[WorkerError] = []
-        deadline = None if knobs["timeout"] is None else t0 + knobs["timeout"]
-        first_error_at = None
-        progress: dict[int, tuple[int, int]] = {}  # rank -> (done, total) from comm.progress()
-        while running:
-            if errors and knobs["on_failure"] == "raise":
-                # Give the others a moment to report, so the root cause can be named.
-                if first_error_at is None:
-                    first_error_at = time.perf_counter()
-                elif time.perf_counter() - first_error_at > 0.3:
-                    break
-            now = time.perf_counter()
-            if deadline is not None and now > deadline:
-                stuck = sorted(running)
-                raise WorkerTimeout(
-                    f"run timed out after {knobs['timeout']} s; still running: ranks {stuck}"
-                    + (f" (waiting at barrier: {sorted(at_barrier)})" if at_barrier else ""),
-                    stuck[0], stuck)
-            conns = {self._conns[r]: r for r in running}
-            sentinels = {self._procs[r].sentinel: r for r in running}
-            wait_s = 0.1 if errors else 0.5
-            if deadline is not None:
-                wait_s = max(0.0, min(wait_s, deadline - now))
-            for obj in wait_for(list(conns) + list(sentinels), timeout=wait_s):
-                rank = conns.get(obj, sentinels.get(obj))
-                if rank not in running:
-                    continue
-                msg = None
-                if obj in conns or self._conns[rank].poll():
-                    try:
-                        msg = self._conns[rank].recv()
-                    except (EOFError, OSError):
-                        msg = None
-                if msg is None:  # the process is gone
-                    self._procs[rank].join(0.5)
-                    err = self._death_error(rank)
-                elif msg[0] == "progress":
-                    progress[rank] = msg[2:]
-                    bar.update(progress)
-                    continue
-                elif msg[0] == "barrier":
-                    at_barrier.add(rank)
-                    if at_barrier >= running:
-                        for r in at_barrier:
-                            self._conns[r].send(("barrier_go",))
-                        at_barrier.clear()
-                    continue
-                elif msg[0] == "done":
-                    _, run_id, result, wstats, wevents = msg
-                    results[rank] = cloudpickle.loads(result)
-                    stats.merge(wstats)
-                    events.extend(wevents)
-                    running.discard(rank)
-                    continue
-                else:  # ("error", run_id, exc_type, message, traceback, wstats, wevents)
-                    _, run_id, exc_type, message, tb, wstats, wevents = msg
-                    stats.merge(wstats)
-                    events.extend(wevents)
-                    err = WorkerError(f"rank {rank} raised {exc_type}: {message}\n\n"
-                                      f"--- traceback from rank {rank} ---\n{tb}", rank, [rank], tb,
-                                      exc_type=exc_type)
-                running.discard(rank)
-                at_barrier.discard(rank)
-                errors.append(err)
-                failures[rank] = err
-                if knobs["on_failure"] == "continue" and at_barrier and at_barrier >= running:
-                    for r in at_barrier:
-                        self._conns[r].send(("barrier_go",))
-                    at_barrier.clear()
-        if errors and knobs["on_failure"] == "raise":
-            raise _primary(errors)
+    def _collect(self, state: "_RunState", bar: "_ProgressBar") -> RunResult:
+        """Serve barriers and progress, gather results and failures until every rank is done."""
+        while state.running and not state.failure_reported():
+            self._check_deadline(state)
+            for rank, msg in self._ready_messages(state.running, state.wait_s()):
+                if rank in state.running:
+                    self._handle(state, rank, msg, bar)
+        if state.errors and state.on_failure == "raise":
+            raise _primary(state.errors)
         # A failed rank exits (or is dead): the next run needs fresh workers, even if the
         # process has not quite finished exiting yet.
-        self._needs_restart = bool(errors)
-        out = RunResult(results, stats, Timeline(events), time.perf_counter() - t0, failures)
-        out.progress = progress
+        self._needs_restart = bool(state.errors)
+        out = RunResult(state.results, state.stats, Timeline(state.events), time.perf_counter() - state.t0,
+                        state.failures)
+        out.progress = state.progress
         return out
 
-    def _death_error(self, rank: int) -> WorkerError:
-        code = self._procs[rank].exitcode
-        if code is not None and code < 0:
+    def _check_deadline(self, state: "_RunState") -> None:
+        if state.deadline is None or time.perf_counter() <= state.deadline:
+            return
+        stuck = sorted(state.running)
+        at_barrier = f" (waiting at barrier: {sorted(state.at_barrier)})" if state.at_barrier else ""
+        raise WorkerTimeout(f"run timed out after {state.timeout} s; still running: ranks {stuck}{at_barrier}",
+                            stuck[0], stuck)
+
+    def _handle(self, state: "_RunState", rank: int, msg, bar: "_ProgressBar") -> None:
+        if isinstance(msg, Progress):
+            state.progress[rank] = (msg.done, msg.total)
+            bar.update(state.progress)
+        elif isinstance(msg, BarrierArrived):
+            state.at_barrier.add(rank)
+            self._release_barrier_if_complete(state)
+        elif isinstance(msg, RunDone):
+            state.stats.merge(msg.stats)
+            state.events.extend(msg.events)
             try:
-                how = f"was killed by signal {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"was killed by signal {-code}"
-        else:
-            how = f"exited unexpectedly with code {code}"
-        return WorkerError(f"rank {rank} {how} (no Python traceback: the process vanished)", rank, [rank],
-                           "", code, exc_type="ProcessDied")
+                state.results[rank] = cloudpickle.loads(msg.result)
+                state.running.discard(rank)
+            except Exception as exc:
+                self._fail(state, rank, _unloadable_result_error(rank, msg, exc))
+        elif isinstance(msg, RunFailed):
+            state.stats.merge(msg.stats)
+            state.events.extend(msg.events)
+            self._fail(state, rank, _raised_error(rank, msg))
+        else:  # None: the process is gone (or sent something unknown)
+            self._procs[rank].join(0.5)
+            self._fail(state, rank, self._death_error(rank))
+
+    def _fail(self, state: "_RunState", rank: int, err: WorkerError) -> None:
+        state.running.discard(rank)
+        state.at_barrier.discard(rank)
+        state.errors.append(err)
+        state.failures[rank] = err
+        if state.first_error_at is None:
+            state.first_error_at = time.perf_counter()
+        if state.on_failure == "continue":
+            self._release_barrier_if_complete(state)
+
+    def _release_barrier_if_complete(self, state: "_RunState") -> None:
+        if state.at_barrier and state.at_barrier >= state.running:
+            for r in state.at_barrier:
+                self._conns[r].send(_BARRIER_GO)
+            state.at_barrier.clear()
+
+    def _death_error(self, rank: int, while_starting: bool = False) -> WorkerError:
+        code = self._procs[rank].exitcode
+        what = f"worker {rank} failed while starting: it" if while_starting else f"rank {rank}"
+        return WorkerError(f"{what} {_describe_exit(code)} (no Python traceback: the process vanished)",
+                           rank, [rank], "", code, exc_type="ProcessDied")
+
+
+class _RunState:
+    """What the parent knows about one run while it collects it."""
+
+    def __init__(self, n: int, t0: float, knobs: dict):
+        self.t0 = t0
+        self.timeout = knobs["timeout"]
+        self.on_failure = knobs["on_failure"]
+        self.deadline = None if self.timeout is None else t0 + self.timeout
+        self.results: list = [None] * n
+        self.failures: dict[int, WorkerError] = {}
+        self.errors: list[WorkerError] = []
+        self.first_error_at: float | None = None
+        self.stats, self.events = Stats(n), []
+        self.running = set(range(n))
+        self.at_barrier: set[int] = set()
+        self.progress: dict[int, tuple[int, int]] = {}  # rank -> (done, total) from comm.progress()
+
+    def failure_reported(self) -> bool:
+        """Under on_failure="raise", stop collecting a moment after the first failure.
+
+        The moment lets the other ranks report, so the root cause can be named.
+        """
+        return (self.on_failure == "raise" and self.first_error_at is not None
+                and time.perf_counter() - self.first_error_at > _REPORT_WINDOW_S)
+
+    def wait_s(self) -> float:
+        wait = 0.1 if self.errors else 0.5
+        if self.deadline is not None:
+            wait = max(0.0, min(wait, self.deadline - time.perf_counter()))
+        return wait
+
+
+def _raised_error(rank: int, msg: RunFailed) -> WorkerError:
+    return WorkerError(f"rank {rank} raised {msg.exc_type}: {msg.message}\n\n"
+                       f"--- traceback from rank {rank} ---\n{msg.traceback}", rank, [rank], msg.traceback,
+                       exc_type=msg.exc_type)
+
+
+def _unloadable_result_error(rank: int, msg: RunDone, exc: Exception) -> WorkerError:
+    detail = f"{type(exc).__name__}: {_safe_str(exc)}"
+    return WorkerError(f"rank {rank} returned a {msg.result_type} that the parent cannot unpickle ({detail}). "
+                       "Return plain data (numbers, strings, numpy arrays, lists, dicts) from the worker "
+                       "function.", rank, [rank], traceback.format_exc(), exc_type="UnpicklableResult")
+
+
+# What usually sends these signals: named in the report, so a student knows where to look.
+_SIGNAL_CAUSES = {
+    "SIGKILL": "nothing can catch SIGKILL: the kernel's out-of-memory killer (see `dmesg`) or a user's "
+               "`kill -9`",
+    "SIGTERM": "something outside the course runtime asked it to stop: a user's `kill`/`pkill`, a job "
+               "scheduler or container shutdown (the out-of-memory killer sends SIGKILL, not SIGTERM)",
+    "SIGSEGV": "a crash in C code, e.g. a numpy array made over freed memory",
+    "SIGBUS": "access to shared memory that is gone or full (/dev/shm out of space?)",
+}
+
+
+def _describe_exit(code) -> str:
+    """"was terminated by SIGTERM (...likely cause...)" rather than a bare exit code."""
+    if code is None:
+        return "is gone (exit code not known yet)"
+    signum = -code if code < 0 else (code - 128 if 128 < code < 160 else None)
+    try:
+        name = signal.Signals(signum).name if signum else None
+    except ValueError:
+        name = None
+    if name is None:
+        return f"exited unexpectedly with code {code}"
+    how = (f"was terminated by {name}" if code < 0
+           else f"exited with code {code} (= 128 + {name}: it received {name} and exited)")
+    cause = _SIGNAL_CAUSES.get(name)
+    return how + (f"; likely cause: {cause}" if cause else "")
+
+
+def _forkserver_limit_note(start_method: str) -> str:
+    if start_method != "forkserver":
+        return ""
+    return ("\n(Under forkserver, workers get the limit that was in force when the fork server "
+            "started, with the first forkserver Cluster: raising it later needs a kernel restart.)")
 
 
 class _ProgressBar:
@@ -486,21 +811,44 @@ def _primary(errors: list[WorkerError]) -> WorkerError:
     return first
 
 
+def _alive(procs) -> list:
+    return [p for p in procs if p.pid is not None and p.exitcode is None]
+
+
+def _wait_for_exits(procs, timeout: float) -> None:
+    """Wait until every process in ``procs`` has exited, or ``timeout`` s in all; reap them."""
+    deadline = time.perf_counter() + timeout
+    while True:
+        alive = _alive(procs)  # .exitcode reaps a process that has exited
+        remaining = deadline - time.perf_counter()
+        if not alive or remaining <= 0:
+            return
+        wait_for([p.sentinel for p in alive], timeout=min(remaining, 0.1))
+
+
 def _sweep_segments_of(pids) -> None:
     """Unlink segments created by our (now dead) workers, e.g. after SIGKILL."""
     for name in shm.list_segments():
-        try:
-            pid = int(name[len(shm.PREFIX):].split("_")[0])
-        except ValueError:
-            continue
-        if pid in pids:
+        if shm.creator_pid(name) in pids:
             try:
                 os.unlink(os.path.join(shm.SHM_DIR, name))
             except FileNotFoundError:
                 pass
 
 
+def _safe_str(exc: BaseException) -> str:
+    """str(exc), even for an exception whose __str__ itself raises."""
+    try:
+        return str(exc)
+    except BaseException as inner:
+        return f"<str() of this {type(exc).__name__} raised {type(inner).__name__}>"
+
+
 # ---------------------------------------------------------------- worker side
+class UnpicklableResult(TypeError):
+    """The worker function returned something that cannot travel to the parent."""
+
+
 def _watch_owner(owner_pid: int) -> None:
     """Exit if the launching process dies, so no worker outlives it."""
     import psutil
@@ -512,69 +860,137 @@ def _watch_owner(owner_pid: int) -> None:
             os._exit(1)
 
 
+def _close_inherited(inherited) -> None:
+    """Under fork: close the parent's ends of the elder siblings' Pipes and their sentinels."""
+    if inherited is None:
+        return
+    conns, sentinels = inherited
+    for conn in conns:
+        conn.close()
+    for fd in sentinels:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def _connect_mesh(rank: int, control) -> dict:
     family = "AF_PIPE" if sys.platform == "win32" else "AF_UNIX"
     listener = Listener(family=family, backlog=128, authkey=mp.current_process().authkey)
-    control.send(("address", listener.address))
-    kind, higher, lower = control.recv()
-    assert kind == "wire"
+    control.send(Listening(listener.address))
+    wiring = control.recv()
+    assert isinstance(wiring, WireUp), wiring
     links = {}
-    for peer, address in sorted(higher.items()):
+    for peer, address in sorted(wiring.higher.items()):
         conn = Client(address, family=family, authkey=mp.current_process().authkey)
         conn.send(rank)
         links[peer] = conn
-    for _ in lower:
+    for _ in wiring.lower:
         conn = listener.accept()
         links[conn.recv()] = conn
     listener.close()
-    control.send(("wired",))
+    control.send(Wired())
     return links
 
 
-def _worker_entry(rank, size, control, log_channel, owner_pid, log_level):
+def _worker_entry(rank, size, control, log_channel, owner_pid, log_level, inherited=None):
     """Main loop of a worker process: wire up, then run tasks until told to stop."""
     if hasattr(signal, "SIGINT"):
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C / kernel interrupt
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, _on_sigterm)
+    _close_inherited(inherited)
     threading.Thread(target=_watch_owner, args=(owner_pid,), daemon=True).start()
     logger = setup_worker_logging(log_channel, rank, log_level)
     try:
         links = _connect_mesh(rank, control)
     except BaseException as exc:
-        control.send(("error", 0, type(exc).__name__, str(exc), traceback.format_exc(), None, []))
+        control.send(StartFailed(type(exc).__name__, _safe_str(exc), traceback.format_exc(),
+                                 getattr(exc, "errno", None)))
         return
-    comm = Comm(rank, size, links, control, logger)
+    _serve(Comm(rank, size, links, control, logger), control)
+    sys.stdout.flush()
+    shm.release_all()
+
+
+def _serve(comm: Comm, control) -> None:
+    """Answer the parent's messages until Stop, a closed Pipe, or a failed run."""
     while True:
         try:
             msg = control.recv()
         except (EOFError, OSError):
-            break
-        if msg[0] == "stop":
-            break
-        _, (run_id, t0, network, slow, faults, trace) = msg
-        comm._begin_run(run_id, t0, network, slow, faults, trace)
-        try:
-            fn, args, kwargs = cloudpickle.loads(control.recv_bytes())
-            result = cloudpickle.dumps(fn(comm, *args, **kwargs))
-            reply = ("done", run_id, result, comm.stats, comm._tracer.events)
-        except BaseException as exc:
-            tb = traceback.format_exc()
-            reply = ("error", run_id, type(exc).__name__, str(exc), tb, comm.stats, comm._tracer.events)
+            return
+        if isinstance(msg, Stop):
+            return
+        if isinstance(msg, DropSegments):
+            shm.detach(msg.names)
+            continue
+        shm.detach(msg.drop_segments)
+        reply = _run_task(comm, control, msg)
         sys.stdout.flush()
         sys.stderr.flush()
         try:
             control.send(reply)
         except (BrokenPipeError, OSError):
-            break
-        if reply[0] == "error":
+            return
+        if isinstance(reply, RunFailed):
             # Exit, closing every Pipe: peers blocked on this rank get PeerLost instead of
             # waiting for ever (under on_failure="continue"); the next run() starts a new worker.
-            break
-    sys.stdout.flush()
-    shm.release_all()
+            return
+
+
+def _run_task(comm: Comm, control, start: StartRun):
+    comm._begin_run(start.run_id, start.t0, start.network, start.slow, start.faults, start.trace)
+    try:
+        fn, args, kwargs = cloudpickle.loads(control.recv_bytes())
+        value = fn(comm, *args, **kwargs)
+        return RunDone(start.run_id, _pickle_result(value), _type_name(value), comm.stats, comm._tracer.events)
+    except BaseException as exc:
+        # format_exc never calls a failing __str__ twice: it prints "<exception str() failed>"
+        return RunFailed(start.run_id, type(exc).__name__, _safe_str(exc), traceback.format_exc(),
+                         comm.stats, comm._tracer.events)
+
+
+def _pickle_result(value) -> bytes:
+    try:
+        with shm.returning_to_parent():
+            return cloudpickle.dumps(value)
+    except shm.SharedArrayOwnershipError:
+        raise
+    except Exception as exc:
+        where = _find_unpicklable(value, "the result")
+        raise UnpicklableResult(
+            f"the worker function returned a {_type_name(value)}, which cannot be pickled to travel to "
+            f"the parent: {where or 'it'} ({_safe_str(exc)}). Return plain data (numbers, strings, "
+            f"numpy arrays, lists, dicts) instead.") from exc
+
+
+def _find_unpicklable(value, path: str, depth: int = 0) -> str | None:
+    """Where inside ``value`` the first unpicklable object is, e.g. "the result['model'] (a _thread.lock)"."""
+    if depth > 4:
+        return None
+    if isinstance(value, dict):
+        children = [(f"{path}[{k!r}]", v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        children = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    else:
+        children = [(f"{path}.{k}", v) for k, v in getattr(value, "__dict__", {}).items()]
+    for child_path, child in children:
+        try:
+            cloudpickle.dumps(child)
+        except Exception:
+            return _find_unpicklable(child, child_path, depth + 1) or f"{child_path} (a {_type_name(child)})"
+    return None
+
+
+def _type_name(value) -> str:
+    t = type(value)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 def _on_sigterm(signum, frame):
+    """Free what this worker owns, then die *by* SIGTERM, so the parent can say so."""
     shm.release_all()
-    os._exit(128 + signum)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # not reached where the signal is delivered at once

@@ -11,6 +11,19 @@ Rules this module enforces (each one prevents a real leak or crash):
   the array exists (``np.ndarray(buffer=...)`` does not, and segfaults after ``close()``).
 * Names carry a prefix and the creator's pid (``course_<pid>_<token>``), so segments left
   by a killed kernel can be swept once their owner is dead: :func:`sweep`.
+* Releasing in the parent really frees the memory: a segment's pages live as long as *any*
+  process maps it, so the parent tells its workers (:func:`add_release_listener`) and they
+  unmap it (:func:`detach`) between runs.
+* Shared memory is made by the parent and *lent* to workers. A SharedArray created inside
+  a worker belongs to that worker and cannot be returned to the parent: returning one
+  raises :class:`SharedArrayOwnershipError`, which says what to do instead (create it in
+  the parent with ``cluster.share`` / ``SharedArray.create``, pass it to ``run``, let the
+  workers write into it; or return ``sa.array.copy()``). The worker's segment is freed
+  when it lets go of the array, so it never leaks. Ownership never moves between
+  processes: that keeps one simple rule for who frees what.
+* Named semaphores that multiprocessing leaves in /dev/shm (``sem.mp-*``) when a kernel
+  and its resource tracker are killed together are swept too, but only those no living
+  process has mapped: :func:`sweep_semaphores`.
 """
 from __future__ import annotations
 
@@ -20,17 +33,36 @@ import secrets
 import sys
 import threading
 import weakref
+from contextlib import contextmanager
 from multiprocessing import shared_memory
 
 import numpy as np
 
 PREFIX = "course_"
+SEM_PREFIX = "sem.mp-"  # multiprocessing's named semaphores (SemLock names are "/mp-<random>")
 SHM_DIR = "/dev/shm"
 
 _owned: dict[str, shared_memory.SharedMemory] = {}  # segments this process created
 _attached: dict[str, shared_memory.SharedMemory] = {}  # segments this process attached
 _attach_lock = threading.Lock()
 _kept_for_views: list = []  # released segments whose memory is still viewed by arrays
+_inherited: dict[str, shared_memory.SharedMemory] = {}  # a forked child's copies of the parent's segments
+_detach_later: dict[str, shared_memory.SharedMemory] = {}  # dropped while arrays still viewed them
+_instances: "weakref.WeakSet[SharedArray]" = weakref.WeakSet()
+_release_listeners: list = []  # weak references to callables told each released name
+_for_parent = threading.local()  # set while a worker pickles its result for the parent
+
+
+class SharedArrayOwnershipError(TypeError):
+    """A worker tried to return a SharedArray it created: its memory dies with the worker's hold."""
+
+
+def creator_pid(name: str) -> int | None:
+    """The pid in a course segment's name, or None for other names."""
+    try:
+        return int(name[len(PREFIX):].split("_")[0]) if name.startswith(PREFIX) else None
+    except ValueError:
+        return None
 
 
 def _new_name() -> str:
@@ -40,6 +72,8 @@ def _new_name() -> str:
 def _attach(name: str) -> shared_memory.SharedMemory:
     if name in _owned:
         return _owned[name]
+    if name in _inherited:
+        return _inherited[name]
     if name not in _attached:
         if sys.version_info >= (3, 13):
             _attached[name] = shared_memory.SharedMemory(name=name, track=False)
@@ -80,6 +114,8 @@ class SharedArray:
         self.dtype = np.dtype(dtype)
         self._owner = _owner
         self._array = None
+        self._released = False
+        _instances.add(self)
         if _owner:
             self._finalizer = weakref.finalize(self, _release, name)
 
@@ -92,6 +128,8 @@ class SharedArray:
         if any((not isinstance(s, (int, np.integer))) or s < 0 for s in shape):
             raise ValueError(f"shape must be non-negative integers, got {shape!r}")
         dtype = np.dtype(dtype)
+        if dtype.subdtype is not None:  # np.dtype((float, 3)): its shape belongs to the array's
+            dtype, shape = dtype.subdtype[0], shape + dtype.subdtype[1]
         if dtype.hasobject:
             raise TypeError("shared arrays cannot hold Python objects (dtype=object)")
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -114,8 +152,8 @@ class SharedArray:
     @property
     def array(self) -> np.ndarray:
         if self._array is None:
-            if self._owner and self.name not in _owned:
-                raise ValueError(f"shared array {self.name} was released")
+            if self._released or (self._owner and self.name not in _owned):
+                raise ValueError(f"shared array {self.name} was released by its owner; its memory is gone")
             seg = _attach(self.name)
             count = int(np.prod(self.shape, dtype=np.int64))
             flat = np.frombuffer(seg.buf, dtype=self.dtype, count=count)
@@ -141,9 +179,10 @@ class SharedArray:
 
     # -- lifetime -------------------------------------------------------------
     def release(self) -> None:
-        """Close and unlink (creator only; a no-op in workers)."""
+        """Close and unlink (creator only; a no-op in workers). Workers unmap it between runs."""
         self._array = None
         if self._owner:
+            self._released = True
             self._finalizer()
 
     def __enter__(self):
@@ -153,8 +192,16 @@ class SharedArray:
         self.release()
 
     def __reduce__(self):
-        # Travels by name only: the receiving process attaches, never owns.
-        return (SharedArray, (self.name, self.shape, self.dtype.str))
+        # Travels by name only: the receiving process attaches, never owns. The dtype object
+        # itself travels (dtype.str is "|V16" for a structured dtype: the fields would be lost).
+        if self._owner and getattr(_for_parent, "active", False):
+            raise SharedArrayOwnershipError(
+                f"the worker function returned a SharedArray it created ({self.name}). Shared memory "
+                "created in a worker belongs to that worker and is freed when the worker lets go of it, "
+                "so the parent could never read it. Create it in the parent instead "
+                "(sa = cluster.share(np.zeros(shape)) or SharedArray.create(shape)), pass it to run() "
+                "and let the workers write into it; or return sa.array.copy() to send the values back.")
+        return (SharedArray, (self.name, self.shape, self.dtype))
 
     def __repr__(self):
         return f"SharedArray(name={self.name!r}, shape={self.shape}, dtype={self.dtype})"
@@ -174,6 +221,58 @@ def _release(name: str) -> None:
         seg.unlink()
     except FileNotFoundError:
         pass
+    _tell_release_listeners(name)
+
+
+def add_release_listener(callback) -> None:
+    """Call ``callback(name)`` whenever this process releases a segment it created.
+
+    Held weakly (a bound method does not keep its Cluster alive). A Cluster uses it to
+    tell its workers to unmap the segment, so its memory is really returned.
+    """
+    ref = weakref.WeakMethod(callback) if hasattr(callback, "__self__") else weakref.ref(callback)
+    _release_listeners.append(ref)
+
+
+def _tell_release_listeners(name: str) -> None:
+    for ref in list(_release_listeners):
+        callback = ref()
+        if callback is None:
+            _release_listeners.remove(ref)
+            continue
+        try:
+            callback(name)
+        except Exception:  # a finalizer must never raise; a dead Cluster cannot be told anyway
+            pass
+
+
+def detach(names) -> None:
+    """Unmap segments this process attached (or inherited by fork) and no longer needs.
+
+    Arrays that still view a segment keep it mapped; they are retried on the next call.
+    """
+    names = set(names) | set(_detach_later)
+    for sa in list(_instances):
+        if sa.name in names and not sa._owner:
+            sa._array, sa._released = None, True
+    for name in names:
+        seg = _attached.pop(name, None) or _inherited.pop(name, None) or _detach_later.pop(name, None)
+        if seg is None:
+            continue
+        try:
+            seg.close()
+        except BufferError:
+            _detach_later[name] = seg  # a view the user holds; retried next time
+
+
+@contextmanager
+def returning_to_parent():
+    """While a worker pickles its result: refuse SharedArrays it owns (see the module notes)."""
+    _for_parent.active = True
+    try:
+        yield
+    finally:
+        _for_parent.active = False
 
 
 def release_all() -> None:
@@ -188,11 +287,19 @@ atexit.register(release_all)
 def _forget_ownership_in_child() -> None:
     """A forked child inherits the parent's table of owned segments; it owns none of them.
 
-    The objects are kept (not dropped): their ``__del__`` would try to close mappings that
-    inherited numpy views still use, and print BufferErrors from every worker.
+    The mappings are kept by name in ``_inherited`` (dropping the objects would run their
+    ``__del__``, which closes mappings that inherited numpy views may use), so that
+    :func:`detach` can unmap them when the parent releases them. The inherited SharedArray
+    objects become plain attachments, and drop their cached view so only views the user
+    holds keep a mapping. Listeners belong to the parent: a worker must never message
+    through the Pipes it inherited.
     """
-    _kept_for_views.extend(_owned.values())
+    _inherited.update(_owned)
     _owned.clear()
+    _release_listeners.clear()
+    for sa in list(_instances):
+        if sa._owner:
+            sa._owner, sa._array = False, None
 
 
 if hasattr(os, "register_at_fork"):
@@ -209,6 +316,52 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _mapped_shm_paths() -> set[str]:
+    """Every /dev/shm file mapped by a process we can see (a sem_open'ed semaphore is mapped)."""
+    paths = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    where = line.find(SHM_DIR + "/")
+                    if where >= 0:
+                        paths.add(line[where:].rstrip("\n").removesuffix(" (deleted)"))
+        except OSError:  # exited meanwhile, or not ours to read
+            continue
+    return paths
+
+
+def sweep_semaphores(verbose: bool = False) -> list[str]:
+    """Unlink named semaphores that multiprocessing left behind, never one still in use.
+
+    Locks and queues of a spawn/forkserver context are named semaphores, ``/dev/shm/sem.mp-*``
+    (under fork they are unlinked at once). Python's resource tracker unlinks them when their
+    creator dies, unless it is killed too (a kernel killed with its process group). Their
+    names carry no pid, so "in use" is read from /proc/*/maps: sem_open maps the file, and
+    every process that uses one has it mapped. Only files of this user are considered
+    (multiprocessing creates them mode 0600: no other user can use them).
+    """
+    if not os.path.isdir("/proc") or not os.path.isdir(SHM_DIR):
+        return []
+    candidates = [n for n in os.listdir(SHM_DIR) if n.startswith(SEM_PREFIX)]
+    if not candidates:
+        return []
+    mapped = _mapped_shm_paths()
+    removed = []
+    for name in candidates:
+        path = os.path.join(SHM_DIR, name)
+        try:
+            if os.stat(path).st_uid != os.getuid() or path in mapped:
+                continue
+            os.unlink(path)
+            removed.append(name)
+        except FileNotFoundError:
+            pass
+    if verbose:
+        print(f"removed {len(removed)} stale semaphore(s)" + (": " + ", ".join(removed) if removed else ""))
+    return removed
+
+
 def list_segments() -> list[str]:
     """Names of course segments in /dev/shm (Linux; other systems cannot list them)."""
     if not os.path.isdir(SHM_DIR):
@@ -220,11 +373,8 @@ def sweep(verbose: bool = False) -> list[str]:
     """Unlink course segments whose creating process is dead; return their names."""
     removed = []
     for name in list_segments():
-        try:
-            pid = int(name[len(PREFIX):].split("_")[0])
-        except ValueError:
-            continue
-        if pid != os.getpid() and not _pid_alive(pid):
+        pid = creator_pid(name)
+        if pid is not None and pid != os.getpid() and not _pid_alive(pid):
             try:
                 os.unlink(os.path.join(SHM_DIR, name))
                 removed.append(name)
@@ -239,9 +389,11 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description="Shared-memory housekeeping for the course.")
-    parser.add_argument("--sweep", action="store_true", help="remove segments left by dead processes")
+    parser.add_argument("--sweep", action="store_true",
+                        help="remove segments and semaphores left by dead processes")
     args = parser.parse_args()
     if args.sweep:
         sweep(verbose=True)
+        sweep_semaphores(verbose=True)
     else:
         print("\n".join(list_segments()) or "no course segments")

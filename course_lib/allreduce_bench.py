@@ -1,11 +1,22 @@
-"""Allreduce measured side by side: shared memory, ring over Pipes, MPI, and memcpy.
+"""Allreduce measured side by side: course_lib's engines, MPICH's MPI_Allreduce, and memcpy.
 
-Algorithm bandwidth = message bytes / time of one allreduce (the convention of
-nccl-tests). memcpy of the same bytes is the ceiling on one machine: an allreduce must
-at least read every rank's vector and write the result.
+Every engine is timed by the same procedure, :func:`timed_tries`: ``tries`` batches of
+back-to-back allreduces of float32 vectors; before each batch the ranks line up on a fast
+barrier of the engine's own (``MPI_Barrier`` for MPI, a shared-memory SpinBarrier for
+course_lib), so the start of a batch is not skewed by tens of microseconds of Pipe
+wake-ups. A try's time is the slowest rank's time per call in that batch; we report the
+best and the median over tries. Small messages run several calls per batch
+(:func:`iterations`) so a batch lasts long enough to time.
 
-    python -m course_lib.allreduce_bench                     # local methods, prints a table
-    mpiexec -n 2 python -m course_lib.allreduce_bench --mpi  # MPI_Allreduce, JSON on rank 0
+memcpy of the same bytes, in one process, is the ceiling on one machine: an allreduce
+must at least read every rank's vector and write the result.
+
+Engines: "shm" (allreduce_shm on a reused workspace, waiting on shared counters),
+"shm_pipes" (the same, waiting on dissemination barriers over Pipes), "ring" (ring
+allreduce over Pipes) and "mpi" (``MPI_Allreduce`` under ``mpiexec``).
+
+    python -m course_lib.allreduce_bench -p 2 4 --tries 50           # prints the table
+    mpiexec -n 2 python -m course_lib.allreduce_bench --mpi          # MPI alone, JSON on rank 0
 """
 from __future__ import annotations
 
@@ -20,77 +31,103 @@ import time
 
 import numpy as np
 
-DEFAULT_SIZES = [2 ** k for k in range(12, 26, 2)]  # bytes: 4 KB .. 32 MB
+SIZES = [4 * 2 ** 10, 64 * 2 ** 10, 2 ** 20, 4 * 2 ** 20, 16 * 2 ** 20]   # bytes
+COURSE_ENGINES = ("shm", "shm_pipes", "ring")
 
 
-def _best_time(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
+def iterations(nbytes: int) -> int:
+    """Calls per timed batch: enough that a batch of small messages lasts ~100 µs or more."""
+    return int(max(1, min(64, 256 * 1024 // nbytes)))
+
+
+def timed_tries(call, line_up, tries: int, iters: int) -> list[float]:
+    """Seconds per call of ``call`` in each of ``tries`` batches of ``iters`` calls (one warm-up)."""
+    call()
+    out = []
+    for _ in range(tries):
+        line_up()
         t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+        for _ in range(iters):
+            call()
+        out.append((time.perf_counter() - t) / iters)
+    return out
 
 
-def memcpy_bandwidth(sizes, repeats: int = 5) -> list[float]:
+def summary(times) -> dict:
+    times = np.asarray(times, dtype=float)
+    return {"best": float(times.min()), "median": float(np.median(times)), "tries": int(times.size)}
+
+
+# -- memcpy ---------------------------------------------------------------------
+def measure_memcpy(sizes, tries: int = 20) -> list[dict]:
+    """Time of one copy of each size (the ceiling), by the same procedure, in this process."""
     out = []
     for nbytes in sizes:
         src = np.ones(nbytes // 4, dtype=np.float32)
         dst = np.empty_like(src)
-        out.append(nbytes / _best_time(lambda: np.copyto(dst, src), repeats))
+        times = timed_tries(lambda: np.copyto(dst, src), lambda: None, tries, iterations(nbytes))
+        out.append(summary(times))
     return out
 
 
-def _local_worker(comm, sizes, method, repeats, workspaces):
+# -- course_lib on a Cluster ---------------------------------------------------------
+def _course_worker(comm, sizes, engine, tries, workspaces, control):
     from .collectives.shmem import allreduce_shm
+    from .runtime.shm_sync import SpinBarrier
 
+    # Only lines ranks up before a batch: it protects no data, so it is fine on any CPU.
+    line_up = SpinBarrier(control.array, comm.size, comm.rank, timeout=None)
+    expected = comm.size * (comm.size + 1) / 2
     out = []
-    for nbytes, ws in zip(sizes, workspaces):
-        x = np.full(nbytes // 4, comm.rank + 1, dtype=np.float32)
-        best = float("inf")
-        for _ in range(repeats + 1):  # one warm-up
-            comm.barrier()
-            t = time.perf_counter()
-            if method == "shm":
-                y = allreduce_shm(comm, x, workspace=ws)
+    try:
+        for nbytes, ws in zip(sizes, workspaces):
+            x = np.full(nbytes // 4, comm.rank + 1, dtype=np.float32)
+            if engine == "ring":
+                call = lambda: comm.allreduce(x, algorithm="ring")  # noqa: E731
             else:
-                y = comm.allreduce(x, algorithm="ring")
-            comm.barrier()
-            best = min(best, time.perf_counter() - t)
-        expected = comm.size * (comm.size + 1) / 2
-        if not np.all(y == expected):
-            raise AssertionError(f"{method} allreduce gave a wrong sum on rank {comm.rank}")
-        out.append(nbytes / best)
+                sync = "pipes" if engine == "shm_pipes" else "auto"
+                call = lambda: allreduce_shm(comm, x, workspace=ws, sync=sync)  # noqa: E731
+            out.append(timed_tries(call, line_up.barrier, tries, iterations(nbytes)))
+            if not np.all(call() == expected):
+                raise AssertionError(f"{engine} allreduce gave a wrong sum on rank {comm.rank}")
+    finally:
+        line_up.close()
     return out
 
 
-def local_bandwidth(cluster, sizes, method: str, repeats: int = 3) -> list[float]:
-    """Algorithm bandwidth of course_lib's allreduce ("shm" or "ring") on ``cluster``."""
-    if method not in ("shm", "ring"):
-        raise ValueError(f"method must be 'shm' or 'ring', got {method!r}")
+def measure_course(cluster, sizes, engine: str = "shm", tries: int = 20) -> list[dict]:
+    """Per-call time of course_lib's allreduce ``engine`` on ``cluster``, per size."""
+    from .runtime.shm_sync import control_words
+
+    if engine not in COURSE_ENGINES:
+        raise ValueError(f"engine must be one of {COURSE_ENGINES}, got {engine!r}")
     p = cluster.n_workers
-    workspaces = [cluster.share(np.zeros((p, s // 4), dtype=np.float32)) if method == "shm" else None
+    workspaces = [cluster.share(np.zeros((p, s // 4), dtype=np.float32)) if engine != "ring" else None
                   for s in sizes]
+    control = cluster.share(np.zeros(control_words(p), dtype=np.int64))
     try:
-        return cluster.run(_local_worker, list(sizes), method, repeats, workspaces)[0]
+        per_rank = cluster.run(_course_worker, list(sizes), engine, tries, workspaces, control)
     finally:
-        for ws in workspaces:
-            if ws is not None:
-                ws.release()
+        for shared in workspaces + [control]:
+            if shared is not None:
+                shared.release()
+    # a try lasts as long as its slowest rank
+    return [summary(np.max([r[i] for r in per_rank], axis=0)) for i in range(len(sizes))]
 
 
+# -- MPICH under mpiexec -----------------------------------------------------------------
 def mpiexec_path() -> str | None:
     here = pathlib.Path(sys.executable).parent / "mpiexec"
     return str(here) if here.exists() else shutil.which("mpiexec")
 
 
-def mpi_bandwidth(n_procs: int, sizes, repeats: int = 3, timeout: float = 300) -> dict:
-    """Run this module under ``mpiexec -n n_procs``: MPI_Allreduce and course_lib ring over MPI."""
+def measure_mpi(n_procs: int, sizes, tries: int = 20, timeout: float = 300) -> dict:
+    """Run this module under ``mpiexec -n n_procs``; per-size summaries of MPI_Allreduce."""
     exe = mpiexec_path()
     if exe is None:
         raise FileNotFoundError("mpiexec not found: install the mpi extra (pip install '.[mpi]')")
     cmd = [exe, "-n", str(n_procs), sys.executable, "-m", "course_lib.allreduce_bench", "--mpi",
-           "--repeats", str(repeats), "--sizes", *map(str, sizes)]
+           "--tries", str(tries), "--sizes", *map(str, sizes)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).parents[1])] + sys.path))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
@@ -99,57 +136,83 @@ def mpi_bandwidth(n_procs: int, sizes, repeats: int = 3, timeout: float = 300) -
     return json.loads(line)
 
 
-def _mpi_main(sizes, repeats):
+def _mpi_main(sizes, tries):
     from mpi4py import MPI
 
-    from .runtime.mpi_backend import MPIComm
-
-    comm = MPIComm()
-    world = comm.mpi
-    native, ring = [], []
+    world = MPI.COMM_WORLD
+    results = []
     for nbytes in sizes:
-        x = np.full(nbytes // 4, comm.rank + 1, dtype=np.float32)
+        x = np.full(nbytes // 4, world.rank + 1, dtype=np.float32)
         y = np.empty_like(x)
-        best_native = best_ring = float("inf")
-        for _ in range(repeats + 1):
-            world.Barrier()
-            t = time.perf_counter()
-            world.Allreduce(x, y, op=MPI.SUM)
-            world.Barrier()
-            best_native = min(best_native, time.perf_counter() - t)
-            world.Barrier()
-            t = time.perf_counter()
-            comm.allreduce(x, algorithm="ring")
-            world.Barrier()
-            best_ring = min(best_ring, time.perf_counter() - t)
-        native.append(nbytes / best_native)
-        ring.append(nbytes / best_ring)
-    if comm.rank == 0:
-        print(json.dumps({"sizes": list(sizes), "mpi_allreduce": native, "course_ring_on_mpi": ring,
+        times = timed_tries(lambda: world.Allreduce(x, y, op=MPI.SUM), world.Barrier, tries, iterations(nbytes))
+        if not np.all(y == world.size * (world.size + 1) / 2):
+            raise AssertionError(f"MPI_Allreduce gave a wrong sum on rank {world.rank}")
+        everyone = world.gather(times, root=0)
+        if world.rank == 0:
+            results.append(summary(np.max(everyone, axis=0)))
+    if world.rank == 0:
+        print(json.dumps({"sizes": list(sizes), "mpi": results,
                           "library": MPI.Get_library_version().splitlines()[0].strip()}), flush=True)
+
+
+# -- all of them, one table ----------------------------------------------------------------
+def compare(ps=(2, 4), sizes=SIZES, tries: int = 20, engines=("shm", "mpi")) -> dict:
+    """Measure ``engines`` at every p and size in one run; memcpy once per size.
+
+    Returns ``{"sizes": [...], "memcpy": [summary...], "library": str,
+    (engine, p): [summary per size], ...}``; "mpi" is left out if mpiexec is missing.
+    """
+    from .runtime.cluster import Cluster
+
+    out: dict = {"sizes": list(sizes), "memcpy": measure_memcpy(sizes, tries), "library": None}
+    for p in ps:
+        local = [e for e in engines if e in COURSE_ENGINES]
+        if local:
+            with Cluster(p) as cluster:
+                for engine in local:
+                    out[(engine, p)] = measure_course(cluster, sizes, engine, tries)
+        if "mpi" in engines and mpiexec_path() is not None:
+            mpi = measure_mpi(p, sizes, tries)
+            out[("mpi", p)] = mpi["mpi"]
+            out["library"] = mpi["library"]
+    return out
+
+
+def format_table(result: dict, stat: str = "best") -> str:
+    """Microseconds per call (``stat`` over tries), and shm's speed relative to MPI."""
+    sizes = result["sizes"]
+    keys = [k for k in result if isinstance(k, tuple)]
+    head = f"{'bytes':>10} {'memcpy':>9}" + "".join(f"{e + ' p=' + str(p):>15}" for e, p in keys)
+    ratio_ps = [p for e, p in keys if e == "shm" and ("mpi", p) in result]
+    head += "".join(f"{'mpi/shm p=' + str(p):>13}" for p in ratio_ps)
+    lines = [f"{stat} of {result['memcpy'][0]['tries']} tries, µs per call "
+             f"(ratio > 1: course_lib shm faster)", head]
+    for i, s in enumerate(sizes):
+        row = f"{s:>10,} {result['memcpy'][i][stat] * 1e6:>9.1f}"
+        row += "".join(f"{result[k][i][stat] * 1e6:>15.1f}" for k in keys)
+        row += "".join(f"{result[('mpi', p)][i][stat] / result[('shm', p)][i][stat]:>12.2f}x"
+                       for p in ratio_ps)
+        lines.append(row)
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mpi", action="store_true", help="run as an MPI program (under mpiexec)")
-    parser.add_argument("--sizes", type=int, nargs="+", default=DEFAULT_SIZES)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("-p", type=int, default=2, help="processes for the local methods")
+    parser.add_argument("--sizes", type=int, nargs="+", default=SIZES)
+    parser.add_argument("--tries", type=int, default=20)
+    parser.add_argument("-p", type=int, nargs="+", default=[2, 4], help="process counts")
+    parser.add_argument("--engines", nargs="+", default=["shm", "mpi"],
+                        choices=list(COURSE_ENGINES) + ["mpi"])
     args = parser.parse_args(argv)
     if any(s % 4 or s <= 0 for s in args.sizes):
         parser.error("sizes must be positive multiples of 4 bytes (float32)")
     if args.mpi:
-        _mpi_main(args.sizes, args.repeats)
+        _mpi_main(args.sizes, args.tries)
         return 0
-    from .runtime.cluster import Cluster
-
-    with Cluster(args.p) as cluster:
-        shm_bw = local_bandwidth(cluster, args.sizes, "shm", args.repeats)
-        ring_bw = local_bandwidth(cluster, args.sizes, "ring", args.repeats)
-    mem = memcpy_bandwidth(args.sizes)
-    print(f"{'bytes':>12} {'memcpy':>10} {'shm':>10} {'ring':>10}  (GB/s)")
-    for s, a, b, c in zip(args.sizes, mem, shm_bw, ring_bw):
-        print(f"{s:>12,} {a / 1e9:>10.2f} {b / 1e9:>10.2f} {c / 1e9:>10.2f}")
+    result = compare(args.p, args.sizes, args.tries, args.engines)
+    print(format_table(result, "best"))
+    print(format_table(result, "median"))
     return 0
 
 

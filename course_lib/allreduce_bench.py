@@ -15,7 +15,7 @@ Engines: "shm" (allreduce_shm on a reused workspace, waiting on shared counters)
 "shm_pipes" (the same, waiting on dissemination barriers over Pipes), "ring" (ring
 allreduce over Pipes) and "mpi" (``MPI_Allreduce`` under ``mpiexec``).
 
-    python -m course_lib.allreduce_bench -p 2 4 --tries 50           # prints the table
+    python -m course_lib.allreduce_bench -p 2 4 --tries 20 --rounds 3   # prints the tables
     mpiexec -n 2 python -m course_lib.allreduce_bench --mpi          # MPI alone, JSON on rank 0
 """
 from __future__ import annotations
@@ -55,7 +55,8 @@ def timed_tries(call, line_up, tries: int, iters: int) -> list[float]:
 
 def summary(times) -> dict:
     times = np.asarray(times, dtype=float)
-    return {"best": float(times.min()), "median": float(np.median(times)), "tries": int(times.size)}
+    return {"best": float(times.min()), "median": float(np.median(times)), "tries": int(times.size),
+            "times": times.tolist()}
 
 
 # -- memcpy ---------------------------------------------------------------------
@@ -156,25 +157,37 @@ def _mpi_main(sizes, tries):
 
 
 # -- all of them, one table ----------------------------------------------------------------
-def compare(ps=(2, 4), sizes=SIZES, tries: int = 20, engines=("shm", "mpi")) -> dict:
+def compare(ps=(2, 4), sizes=SIZES, tries: int = 20, engines=("shm", "mpi"), rounds: int = 1) -> dict:
     """Measure ``engines`` at every p and size in one run; memcpy once per size.
 
-    Returns ``{"sizes": [...], "memcpy": [summary...], "library": str,
-    (engine, p): [summary per size], ...}``; "mpi" is left out if mpiexec is missing.
+    With ``rounds`` > 1 the whole sweep is repeated and the tries pooled, so that a burst
+    of load from other jobs hits every engine alike. Returns ``{"sizes": [...], "memcpy":
+    [summary...], "library": str, (engine, p): [summary per size], ...}``; "mpi" is left
+    out if mpiexec is missing.
     """
     from .runtime.cluster import Cluster
 
-    out: dict = {"sizes": list(sizes), "memcpy": measure_memcpy(sizes, tries), "library": None}
-    for p in ps:
-        local = [e for e in engines if e in COURSE_ENGINES]
-        if local:
-            with Cluster(p) as cluster:
-                for engine in local:
-                    out[(engine, p)] = measure_course(cluster, sizes, engine, tries)
-        if "mpi" in engines and mpiexec_path() is not None:
-            mpi = measure_mpi(p, sizes, tries)
-            out[("mpi", p)] = mpi["mpi"]
-            out["library"] = mpi["library"]
+    pooled: dict = {}
+
+    def add(key, summaries):
+        for i, s in enumerate(summaries):
+            pooled.setdefault(key, [[] for _ in sizes])[i].extend(s["times"])
+
+    library = None
+    for _ in range(rounds):
+        add("memcpy", measure_memcpy(sizes, tries))
+        for p in ps:
+            local = [e for e in engines if e in COURSE_ENGINES]
+            if local:
+                with Cluster(p) as cluster:
+                    for engine in local:
+                        add((engine, p), measure_course(cluster, sizes, engine, tries))
+            if "mpi" in engines and mpiexec_path() is not None:
+                mpi = measure_mpi(p, sizes, tries)
+                add(("mpi", p), mpi["mpi"])
+                library = mpi["library"]
+    out = {"sizes": list(sizes), "library": library}
+    out.update({key: [summary(t) for t in per_size] for key, per_size in pooled.items()})
     return out
 
 
@@ -201,6 +214,7 @@ def main(argv=None) -> int:
     parser.add_argument("--mpi", action="store_true", help="run as an MPI program (under mpiexec)")
     parser.add_argument("--sizes", type=int, nargs="+", default=SIZES)
     parser.add_argument("--tries", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the sweep, pooling the tries")
     parser.add_argument("-p", type=int, nargs="+", default=[2, 4], help="process counts")
     parser.add_argument("--engines", nargs="+", default=["shm", "mpi"],
                         choices=list(COURSE_ENGINES) + ["mpi"])
@@ -210,7 +224,7 @@ def main(argv=None) -> int:
     if args.mpi:
         _mpi_main(args.sizes, args.tries)
         return 0
-    result = compare(args.p, args.sizes, args.tries, args.engines)
+    result = compare(args.p, args.sizes, args.tries, args.engines, args.rounds)
     print(format_table(result, "best"))
     print(format_table(result, "median"))
     return 0

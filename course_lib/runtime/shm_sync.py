@@ -52,8 +52,9 @@ Waiting without starving anybody
 --------------------------------
 A student laptop runs more ranks than cores: 4 processes on 2 cores is the normal case.
 A rank that polls without pause then steals the core of the rank it is waiting for, so
-``wait`` polls for :data:`SPIN_S` seconds (not at all when there are more ranks than
-usable cores), then calls ``os.sched_yield()`` between polls (the scheduler runs another
+``wait`` polls for up to :data:`SPIN_S` seconds (not at all when there are more ranks than
+usable cores; halving the budget after every wait where spinning did not pay off, and
+growing it back when it did: a busy machine may put two ranks on one core), then calls ``os.sched_yield()`` between polls (the scheduler runs another
 ready process on this core, if there is one) for :data:`YIELD_S`, then sleeps 50 µs,
 doubling up to :data:`MAX_SLEEP_S`.
 
@@ -219,6 +220,7 @@ class SpinBarrier:
                 if words[slot] < seq:
                     break
             else:
+                self._adapt_spin(time.perf_counter() - start)
                 return
             now = time.perf_counter()
             waited = now - start
@@ -232,6 +234,18 @@ class SpinBarrier:
             if now >= next_check:
                 self._check_peers(seq, waited)
                 next_check = now + CHECK_EVERY_S
+
+    def _adapt_spin(self, waited: float) -> None:
+        """Spin longer next time if spinning paid off, half as long if it did not.
+
+        A wait that ended within the spin budget (or within 2 µs: a yield that returned at
+        once) means the ranks run side by side; a longer one means somebody was off-CPU,
+        e.g. a busy machine put two of our ranks on one core, and spinning only delayed it.
+        """
+        if waited <= max(self.spin_s, 2e-6):
+            self.spin_s = min(SPIN_S, 2 * self.spin_s + 1e-6)
+        else:
+            self.spin_s /= 2
 
     def _check_peers(self, seq: int, waited: float) -> None:
         """Raise if a rank we wait for is dead, gave up, or is late beyond the timeout."""

@@ -7,11 +7,13 @@ The algorithm (p ranks, vectors of n elements, a (p, n) shared array ``a``):
    row 0 (a reduce-scatter done by reading memory);                -- every block reduced
 3. every rank copies row 0, and announces it has (without waiting).
 
-Each rank moves about 3n elements through memory (write n, read n + n/p ... reduce,
-read n and write n for the copy), against 2(p-1)/p·n per rank over the wire for a ring,
-but memory is ~10x faster than any Pipe. What remains is synchronisation: the two
-"every ... " points are barriers, and before rank 0 overwrites row 0 in the *next* call it
-waits until everybody has copied the previous result out (the announcement of step 3).
+Cost per rank: step 1 copies n elements, step 2 reads n and writes n/p, step 3 copies n:
+about 3n elements through memory and no byte through the kernel (a ring over Pipes sends
+2(p-1)/p·n, each byte pickled and copied in and out of the kernel). What remains is
+synchronisation: the two "every ..." points are barriers, and before rank 0 overwrites
+row 0 in the *next* call it waits until everybody has copied the previous result out (the
+announcement of step 3). Two barriers per call, not three: the third is split into an
+announcement that nobody waits for and a wait that only rank 0 makes, one call later.
 
 How ranks wait: with :class:`~course_lib.runtime.shm_sync.SpinBarrier` (sequence counters
 in a small shared control segment that ranks poll, backing off to ``sched_yield`` and

@@ -80,3 +80,20 @@ def mapped_by(pid: int, name: str) -> bool:
 def shm_rss_kb(pid: int, name: str) -> int:
     """Resident kB of ``pid``'s mappings of /dev/shm/<name>: the memory that mapping holds."""
     return sum(int(line.split()[1]) for line in _shm_maps(pid, name) if line.startswith("Rss:"))
+
+
+def semaphores_mapped_by(pid: int) -> list[str]:
+    """Names of the multiprocessing semaphores in /dev/shm that ``pid`` maps (matched by inode)."""
+    inodes = set()
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            if "/dev/shm/sem." in line:
+                inodes.add(int(line.split()[4]))
+    names = []
+    for name in os.listdir(shm.SHM_DIR):
+        try:
+            if name.startswith(shm.SEM_PREFIX) and os.stat(os.path.join(shm.SHM_DIR, name)).st_ino in inodes:
+                names.append(name)
+        except FileNotFoundError:
+            pass
+    return sorted(names)

@@ -246,20 +246,39 @@ def _normalise_graph(graph, n_workers):
     return neigh
 
 
-def _check_descriptor_budget(neighbors: dict) -> None:
+def _check_descriptor_budget(neighbors: dict, start_method: str) -> None:
     """Refuse to start when the open-file limit cannot hold the Pipes (instead of failing mid-way)."""
     try:
         import resource
     except ImportError:  # Windows: no RLIMIT_NOFILE
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return
     n = len(neighbors)
     degree = max((len(p) for p in neighbors.values()), default=0)
     need = max(degree + _FDS_BASE, 2 * n + _FDS_BASE)  # a worker's links; the parent's Pipes + sentinels
-    if need > soft:
+    if soft != resource.RLIM_INFINITY and need > soft:
         raise OSError(errno.EMFILE, _descriptor_advice(n, degree, soft, hard, need))
+    server_soft = _fork_server_limit() if start_method == "forkserver" else None
+    server_need = max(n, degree) + _FDS_BASE  # it holds one descriptor per living worker
+    if server_soft is not None and server_need > server_soft:
+        raise OSError(errno.EMFILE, _descriptor_advice(n, degree, server_soft, hard, server_need)
+                      + _forkserver_limit_note(start_method))
+
+
+def _fork_server_limit() -> int | None:
+    """The soft RLIMIT_NOFILE of the running fork server (its workers inherit it), if any."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if not pid:
+        return None
+    try:
+        import psutil
+
+        soft, _ = psutil.Process(pid).rlimit(psutil.RLIMIT_NOFILE)
+    except Exception:  # gone, or a platform without rlimit: the start itself will tell
+        return None
+    return None if soft < 0 else soft
 
 
 def _descriptor_advice(n: int, degree: int, soft: int, hard: int, need: int | None = None) -> str:
@@ -331,7 +350,7 @@ class Cluster:
                                                 on_failure=on_failure))
         self.log_level = log_level
         self.trace = trace
-        _check_descriptor_budget(self._neighbors)
+        _check_descriptor_budget(self._neighbors, self.start_method)
         self._ctx = mp.get_context(self.start_method)
         self._procs: list = []
         self._conns: list = []
@@ -763,8 +782,9 @@ def _describe_exit(code) -> str:
 def _forkserver_limit_note(start_method: str) -> str:
     if start_method != "forkserver":
         return ""
-    return ("\n(Under forkserver, workers get the limit that was in force when the fork server "
-            "started, with the first forkserver Cluster: raising it later needs a kernel restart.)")
+    return ("\n(Under forkserver, the fork server and its workers keep the limit that was in force when "
+            "it started, with the first forkserver Cluster of this kernel: after raising the limit, "
+            "restart the kernel so a new fork server starts with it.)")
 
 
 class _ProgressBar:

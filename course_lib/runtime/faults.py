@@ -1,6 +1,8 @@
 """Fault and straggler injection: make a worker fail or slow down on purpose."""
 from __future__ import annotations
 
+import numbers
+import operator
 import os
 import signal
 import sys
@@ -32,8 +34,10 @@ class Fault:
     def __post_init__(self):
         if self.kind not in FAULT_KINDS:
             raise ValueError(f"Fault kind must be one of {FAULT_KINDS}, got {self.kind!r}")
-        if not isinstance(self.step, int) or self.step < 0:
+        step = _as_int(self.step)
+        if step is None or step < 0:
             raise ValueError(f"Fault step must be an int >= 0, got {self.step!r}")
+        object.__setattr__(self, "step", step)  # np.int64(2) from np.arange is stored as 2
         if self.label is not None and not isinstance(self.label, str):
             raise ValueError(f"Fault label must be a str or None, got {self.label!r}")
 
@@ -61,21 +65,41 @@ def as_fault(value) -> Fault:
     raise TypeError(f"a fault must be Fault(kind, step[, label]) or (kind, step[, label]), got {value!r}")
 
 
+def _as_int(value) -> int | None:
+    """``value`` as a plain int if it is an integer (int, np.int64, ...) but not a bool; else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def check_rank_map(mapping, n_workers: int, what: str) -> dict:
-    """Validate {rank: value} maps such as ``slow`` and ``faults``."""
+    """Validate {rank: value} maps such as ``slow`` and ``faults``; keys become plain ints.
+
+    A key such as np.int64(1) (from np.arange) means rank 1: the workers look their rank up
+    with a plain int, and np.int64 keys would not even survive every pickling the same way.
+    """
     if mapping is None:
         return {}
     if not isinstance(mapping, dict):
         raise TypeError(f"{what} must be a dict {{rank: value}}, got {type(mapping).__name__}")
-    for rank in mapping:
-        if not isinstance(rank, int) or not 0 <= rank < n_workers:
-            raise ValueError(f"{what} names rank {rank!r}, but ranks are 0..{n_workers - 1}")
-    return dict(mapping)
+    out = {}
+    for key, value in mapping.items():
+        rank = _as_int(key)
+        if rank is None or not 0 <= rank < n_workers:
+            raise ValueError(f"{what} names rank {key!r}, but ranks are 0..{n_workers - 1}")
+        if rank in out:
+            raise ValueError(f"{what} names rank {rank} twice")
+        out[rank] = value
+    return out
 
 
 def check_slow(slow, n_workers: int) -> dict:
     slow = check_rank_map(slow, n_workers, "slow")
     for rank, factor in slow.items():
-        if not isinstance(factor, (int, float)) or factor < 1:
+        if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not factor >= 1:
             raise ValueError(f"slow[{rank}] must be a factor >= 1 (1 = normal speed), got {factor!r}")
+        slow[rank] = float(factor)
     return slow

@@ -75,10 +75,14 @@ def _attach(name: str) -> shared_memory.SharedMemory:
     if name in _inherited:
         return _inherited[name]
     if name not in _attached:
-        if sys.version_info >= (3, 13):
-            _attached[name] = shared_memory.SharedMemory(name=name, track=False)
-        else:
-            _attached[name] = _attach_untracked(name)
+        try:
+            if sys.version_info >= (3, 13):
+                _attached[name] = shared_memory.SharedMemory(name=name, track=False)
+            else:
+                _attached[name] = _attach_untracked(name)
+        except FileNotFoundError:
+            raise ValueError(f"shared array {name} was released by its owner (or its owner died); "
+                             "its memory is gone: share the data again") from None
     return _attached[name]
 
 
@@ -316,19 +320,25 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _mapped_shm_paths() -> set[str]:
-    """Every /dev/shm file mapped by a process we can see (a sem_open'ed semaphore is mapped)."""
-    paths = set()
+def _mapped_shm_inodes() -> set[tuple[int, int]]:
+    """(device, inode) of every /dev/shm file mapped by a process we can see.
+
+    By inode, not by path: sem_open creates a semaphore under a temporary name, maps it and
+    only then links it to its real name, so /proc/<pid>/maps shows "/dev/shm/sem.XXXXXX (deleted)".
+    """
+    found = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/maps") as maps:
                 for line in maps:
-                    where = line.find(SHM_DIR + "/")
-                    if where >= 0:
-                        paths.add(line[where:].rstrip("\n").removesuffix(" (deleted)"))
-        except OSError:  # exited meanwhile, or not ours to read
+                    if SHM_DIR + "/" not in line:
+                        continue
+                    _, _, _, device, inode = line.split(None, 5)[:5]
+                    major, minor = (int(x, 16) for x in device.split(":"))
+                    found.add((os.makedev(major, minor), int(inode)))
+        except (OSError, ValueError):  # exited meanwhile, or not ours to read
             continue
-    return paths
+    return found
 
 
 def sweep_semaphores(verbose: bool = False) -> list[str]:
@@ -338,7 +348,7 @@ def sweep_semaphores(verbose: bool = False) -> list[str]:
     (under fork they are unlinked at once). Python's resource tracker unlinks them when their
     creator dies, unless it is killed too (a kernel killed with its process group). Their
     names carry no pid, so "in use" is read from /proc/*/maps: sem_open maps the file, and
-    every process that uses one has it mapped. Only files of this user are considered
+    every process that uses one has it mapped (a file is in use if its inode is). Only files of this user are considered
     (multiprocessing creates them mode 0600: no other user can use them).
     """
     if not os.path.isdir("/proc") or not os.path.isdir(SHM_DIR):
@@ -346,12 +356,13 @@ def sweep_semaphores(verbose: bool = False) -> list[str]:
     candidates = [n for n in os.listdir(SHM_DIR) if n.startswith(SEM_PREFIX)]
     if not candidates:
         return []
-    mapped = _mapped_shm_paths()
+    mapped = _mapped_shm_inodes()
     removed = []
     for name in candidates:
         path = os.path.join(SHM_DIR, name)
         try:
-            if os.stat(path).st_uid != os.getuid() or path in mapped:
+            st = os.stat(path)
+            if st.st_uid != os.getuid() or (st.st_dev, st.st_ino) in mapped:
                 continue
             os.unlink(path)
             removed.append(name)

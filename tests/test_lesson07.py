@@ -79,9 +79,11 @@ def test_small_messages_cost_synchronisation(run):
 
 
 @needs_mpi
-def test_mpich_takes_a_few_microseconds_at_4_kb(run):
+def test_mpich_takes_a_few_microseconds_at_4_kb_and_bound_shm_is_within_3x(run):
     table, _, _ = run
+    assert table["bind"] is True              # "Both engines run with rank r bound to core r"
     assert best(table, "mpi", 2, 4 * KB) < 30e-6
+    assert best(table, "shm", 2, 4 * KB) < 3 * best(table, "mpi", 2, 4 * KB)
 
 
 @needs_mpi

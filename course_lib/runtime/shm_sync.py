@@ -53,8 +53,9 @@ Waiting without starving anybody
 A student laptop runs more ranks than cores: 4 processes on 2 cores is the normal case.
 A rank that polls without pause then steals the core of the rank it is waiting for, so
 ``wait`` polls for up to :data:`SPIN_S` seconds (not at all when there are more ranks than
-usable cores; halving the budget after every wait where spinning did not pay off, and
-growing it back when it did: a busy machine may put two ranks on one core), then calls ``os.sched_yield()`` between polls (the scheduler runs another
+usable cores; halving the budget after every wait during which another process took the
+core, and growing it back after waits that kept it: a busy machine may put two of our ranks
+on one core), then calls ``os.sched_yield()`` between polls (the scheduler runs another
 ready process on this core, if there is one) for :data:`YIELD_S`, then sleeps 50 µs,
 doubling up to :data:`MAX_SLEEP_S`.
 
@@ -85,6 +86,9 @@ SPIN_S = 20e-6            # poll flat out this long: about what yielding the cor
 #                           none 55 µs)
 YIELD_S = 2e-3            # then yield the core between polls this long
 MAX_SLEEP_S = 1e-3        # then sleep, doubling from 50 µs up to this
+DESCHEDULED_S = 2e-6      # a gap this long between two polls: another process had the core
+#                           (a poll plus a yield that does not switch: ~1 µs here; a switch
+#                           to a rank on the same core and back: ~4 µs)
 CHECK_EVERY_S = 0.05      # liveness of the awaited ranks, while backing off
 DEFAULT_TIMEOUT_S = float(os.environ.get("COURSE_SHM_TIMEOUT", 60.0))
 
@@ -212,17 +216,20 @@ class SpinBarrier:
 
     def _wait_slow(self, seq: int) -> None:
         words, others = self._words, self._others
-        start = time.perf_counter()
+        start = last = time.perf_counter()
         next_check = start + CHECK_EVERY_S
         sleep = 50e-6
+        lost_the_core = False
         while True:
             for slot in others:
                 if words[slot] < seq:
                     break
             else:
-                self._adapt_spin(time.perf_counter() - start)
+                self._adapt_spin(lost_the_core)
                 return
             now = time.perf_counter()
+            lost_the_core |= now - last > DESCHEDULED_S
+            last = now
             waited = now - start
             if waited < self.spin_s:
                 continue
@@ -231,21 +238,24 @@ class SpinBarrier:
             else:
                 time.sleep(sleep)
                 sleep = min(2 * sleep, MAX_SLEEP_S)
+                last = time.perf_counter()    # a sleep is not a lost core
             if now >= next_check:
                 self._check_peers(seq, waited)
                 next_check = now + CHECK_EVERY_S
 
-    def _adapt_spin(self, waited: float) -> None:
-        """Spin longer next time if spinning paid off, half as long if it did not.
+    def _adapt_spin(self, lost_the_core: bool) -> None:
+        """Spin half as long next time if this wait lost the core, else up to twice as long.
 
-        A wait that ended within the spin budget (or within 2 µs: a yield that returned at
-        once) means the ranks run side by side; a longer one means somebody was off-CPU,
-        e.g. a busy machine put two of our ranks on one core, and spinning only delayed it.
+        Two polls more than DESCHEDULED_S apart mean another process ran on this core in
+        between (a yield that switched, or a preemption): the core is shared, perhaps with
+        the rank we wait for (a busy machine may put two of our ranks on one core), and
+        spinning would only delay it. Otherwise the ranks run side by side and spinning
+        is the fastest way to see them arrive.
         """
-        if waited <= max(self.spin_s, 2e-6):
-            self.spin_s = min(SPIN_S, 2 * self.spin_s + 1e-6)
-        else:
+        if lost_the_core:
             self.spin_s /= 2
+        else:
+            self.spin_s = min(SPIN_S, 2 * self.spin_s + 1e-6)
 
     def _check_peers(self, seq: int, waited: float) -> None:
         """Raise if a rank we wait for is dead, gave up, or is late beyond the timeout."""

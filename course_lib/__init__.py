@@ -10,6 +10,7 @@ Start here::
 from .runtime import (ANY_SOURCE, ANY_TAG, MAX, MAXLOC, MEAN, MIN, MINLOC, PROD, SUM, Cluster, Comm, Event, Fault,
                       InjectedFault, Network, Op, PeerLost, Request, RunResult, SharedArray, Stats, Status, Timeline,
                       WorkerError, WorkerTimeout, default_start_method)
+from .runtime import MPI, PROC_NULL, UNDEFINED
 from . import collectives  # noqa: F401  (registers lesson 02's algorithms with the runtime)
 
 
@@ -31,5 +32,6 @@ __all__ = [
     "ANY_SOURCE", "ANY_TAG", "Comm", "PeerLost", "Request", "Status",
     "Fault", "InjectedFault", "Network", "SharedArray", "Event", "Stats", "Timeline",
     "SUM", "PROD", "MAX", "MIN", "MAXLOC", "MINLOC", "MEAN", "Op", "check",
+    "MPI", "PROC_NULL", "UNDEFINED",
 ]
 __version__ = "0.1.0"

@@ -11,6 +11,8 @@ Nothing here imports a lesson (``tests/test_layout.py`` checks the import graph)
 """
 from .cluster import Cluster, RunResult, WorkerError, WorkerTimeout, default_start_method
 from .comm import ANY_SOURCE, ANY_TAG, Comm, PeerLost, Request, Status
+from .constants import PROC_NULL, UNDEFINED
+from . import mpi_names as MPI
 from .faults import Fault, InjectedFault
 from .netem import Network
 from .ops import MAX, MAXLOC, MEAN, MIN, MINLOC, PROD, SUM, Op
@@ -22,4 +24,5 @@ __all__ = [
     "ANY_SOURCE", "ANY_TAG", "Comm", "PeerLost", "Request", "Status",
     "Fault", "InjectedFault", "Network", "SharedArray", "Event", "Stats", "Timeline",
     "SUM", "PROD", "MAX", "MIN", "MAXLOC", "MINLOC", "MEAN", "Op",
+    "PROC_NULL", "UNDEFINED", "MPI",
 ]

@@ -1,17 +1,30 @@
 """The communicator each worker gets: point-to-point messages over Pipes, traced and counted.
 
-Names follow mpi4py's lowercase object interface (``send``, ``recv``, ``sendrecv``,
-``isend``, ``iprobe``, ``barrier``), so programs read like MPI programs. Collective
-operations (``bcast``, ``allreduce``, ...) come from :class:`CollectivesMixin`.
+Names and semantics follow mpi4py 4.1's lowercase object interface: the point-to-point
+methods come from :class:`p2p.PointToPoint` (``send``, ``recv``, ``sendrecv``, ``isend``,
+``irecv``, ``ssend``, ``issend``, ``probe``, ``iprobe``), the collectives (``bcast``,
+``allreduce``, ...) from :class:`CollectivesMixin`, sub-communicators (``Split``,
+``Dup``, ``Create_group``) from :class:`GroupMethods`. What mpi4py's communicator offers
+and course_lib does not raises NotImplementedError saying so.
 
-Every message carries an envelope ``(run_id, context, tag, ready_at)``:
-``context`` separates sub-communicators, ``tag`` lets a receiver pick a message,
-``ready_at`` is when the emulated network delivers it. Messages that arrive before
-anyone asks for them wait in ``_pending`` (as MPI's unexpected-message queue).
+This class is also the *engine* under every communicator of the process: it moves
+messages between world ranks. Every message carries an envelope ``(run_id, context,
+tag, ready_at)``: ``context`` separates communicators, ``tag`` lets a receiver pick a
+message, ``ready_at`` is when the emulated network delivers it. A message that arrives
+is first offered to the receives posted with ``irecv`` (in the order they were posted);
+if none wants it, it waits in ``_pending`` (MPI's unexpected-message queue), in arrival
+order, which keeps each sender's messages in the order they were sent.
+
+Synchronous sends (``ssend``/``issend``) carry an id; the receiver, once it has matched
+such a message, sends the id back in the :data:`ACK_CONTEXT`. Acknowledgements are not
+user messages: they are not counted in ``bytes``/``messages``, only in ``header_bytes``
+of the rank that sends them. Sends to yourself never touch a Pipe and are not counted.
 """
 from __future__ import annotations
 
+import itertools
 import logging
+import pickle
 import selectors
 import sys
 import threading
@@ -22,11 +35,16 @@ from multiprocessing.connection import wait as wait_for
 
 from . import wire
 from .collective_api import CollectivesMixin
-from .constants import ANY_SOURCE, ANY_TAG, MAX_TAG
+from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from .groups import GroupMethods
+from .mpi4py_methods import MPI4PY_COMM_METHODS
 from .netem import Network
+from .p2p import PointToPoint, Request, Status, as_rank
 from .trace import Stats, Tracer
 
+__all__ = ["ANY_SOURCE", "ANY_TAG", "PROC_NULL", "Comm", "PeerLost", "Request", "Status", "Deadlock"]
+
+ACK_CONTEXT = -1  # acknowledgements of synchronous sends (user and collective contexts are >= 0)
 
 
 class PeerLost(ConnectionError):
@@ -37,22 +55,16 @@ class PeerLost(ConnectionError):
         self.rank = rank
 
 
-class Status:
-    """Filled by ``recv(..., status=s)``: the ``source`` and ``tag`` of the message."""
-
-    def __init__(self):
-        self.source = ANY_SOURCE
-        self.tag = ANY_TAG
-
-    def Get_source(self):
-        return self.source
-
-    def Get_tag(self):
-        return self.tag
+class Deadlock(RuntimeError):
+    """A receive that nothing could ever satisfy (e.g. from yourself, with nothing sent to yourself)."""
 
 
-class Request:
-    """A background send; ``wait()`` returns when the bytes are in the Pipe."""
+class _SendThread:
+    """A send running in a background thread; ``wait()`` returns when the bytes are in the Pipe.
+
+    Internal (collectives use it; ``test()`` is a plain bool). User code gets a
+    :class:`p2p.Request` wrapping one.
+    """
 
     def __init__(self, thread: threading.Thread, box: list):
         self._thread, self._box = thread, box
@@ -66,29 +78,37 @@ class Request:
         return not self._thread.is_alive()
 
 
-class _Message:
-    __slots__ = ("source", "context", "tag", "obj", "ready_at", "nbytes", "read_start", "read_end")
+class _PostedRecv:
+    """A receive posted by ``irecv`` (world rank, tag, context); ``msg`` is set once matched."""
 
-    def __init__(self, source, context, tag, obj, ready_at, nbytes, read_start, read_end):
-        self.source, self.context, self.tag = source, context, tag
-        self.obj, self.ready_at, self.nbytes = obj, ready_at, nbytes
-        self.read_start, self.read_end = read_start, read_end
+    __slots__ = ("source", "tag", "context", "msg")
+
+    def __init__(self, source: int, tag: int, context: int):
+        self.source, self.tag, self.context, self.msg = source, tag, context, None
+
+    def matches(self, msg) -> bool:
+        return ((self.source == ANY_SOURCE or msg.source == self.source) and msg.context == self.context
+                and (self.tag == ANY_TAG or msg.tag == self.tag))
 
 
-class Comm(CollectivesMixin, GroupMethods):
-    """One rank's view of the cluster.
+class Comm(PointToPoint, CollectivesMixin, GroupMethods):
+    """One rank's view of the cluster (mpi4py's COMM_WORLD), and the engine of all its communicators.
 
     Parameters are set by the runtime, not by students: ``links`` maps each neighbour's
     rank to a duplex Connection, ``control`` is the Pipe to the launching process.
     """
 
+    _ctx_p2p = 0  # context of the world's user messages (collectives use WORLD_COLL_CONTEXT)
+
     def __init__(self, rank: int, size: int, links: dict, control, logger: logging.Logger | None = None):
         self.rank, self.size = rank, size
+        self._engine = self
         self._links = links
         self._send_locks = {r: threading.Lock() for r in links}
         self._control = control
         self._dead: set[int] = set()
         self._selector = None
+        self._sync_ids = itertools.count(1)
         if links and hasattr(links[next(iter(links))], "fileno") and sys.platform != "win32":
             self._selector = selectors.DefaultSelector()
             for peer, conn in links.items():
@@ -103,7 +123,9 @@ class Comm(CollectivesMixin, GroupMethods):
         self._instant = network.is_instant
         self._slow = float(slow.get(self.rank, 1.0))
         self._fault = faults.get(self.rank)
-        self._pending: deque[_Message] = deque()
+        self._pending: deque[wire.Message] = deque()
+        self._posted: list[_PostedRecv] = []  # irecvs not matched yet, in the order they were posted
+        self._acked: set[int] = set()         # ids of my synchronous sends that were matched
         # plain Python counters per destination: cheaper per message than numpy items
         self._sent_bytes = [0] * self.size
         self._sent_msgs = [0] * self.size
@@ -136,87 +158,43 @@ class Comm(CollectivesMixin, GroupMethods):
     def Get_size(self):
         return self.size
 
-    # -- validation ------------------------------------------------------------
-    def _check_peer(self, peer, what: str, allow_any: bool = False) -> None:
-        if type(peer) is int and (peer in self._links or (allow_any and peer == ANY_SOURCE)):
-            return  # the common case, checked first because every message pays for it
-        if isinstance(peer, bool) or not isinstance(peer, int):
-            raise TypeError(f"rank {self.rank}: {what} must be an int rank, got {peer!r}")
+    def Free(self):
+        raise ValueError("the world communicator cannot be freed (MPI: MPI_ERR_COMM)")
+
+    def __getattr__(self, name):
+        # only reached for names the class does not define
+        if name in MPI4PY_COMM_METHODS:
+            raise NotImplementedError(f"Comm.{name} is part of mpi4py but not of course_lib "
+                                      "(see course_lib.runtime.mpi_names for what is)")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    # -- ranks of this communicator (world ranks: the identity) --------------------------------
+    def _to_world(self, peer, what: str, any_source: bool = False) -> int:
+        """Check a rank given by the program; return it as a plain int."""
+        if type(peer) is int and peer in self._links:
+            return peer  # the common case, checked first because every message pays for it
+        peer = as_rank(peer, what, self.rank)
+        if peer == PROC_NULL or (any_source and peer == ANY_SOURCE) or peer == self.rank:
+            return peer
         if not 0 <= peer < self.size:
             raise ValueError(f"rank {self.rank}: {what}={peer} is not a rank (0..{self.size - 1})")
-        if peer == self.rank:
-            raise ValueError(f"rank {self.rank}: cannot {what.split('=')[0]} to/from itself (rank {peer})")
         if peer not in self._links:
             raise ValueError(
                 f"rank {self.rank}: rank {peer} is not a neighbour in this topology "
                 f"(neighbours: {self.neighbors}); messages only travel along graph edges"
             )
+        return peer
 
     @staticmethod
-    def _check_tag(tag, allow_any: bool = False) -> None:
-        if type(tag) is int and (0 <= tag < MAX_TAG or (allow_any and tag == ANY_TAG)):
-            return
-        if isinstance(tag, bool) or not isinstance(tag, int) or (tag < 0 and not (allow_any and tag == ANY_TAG)):
-            raise ValueError(f"tag must be an int in [0, {MAX_TAG}), got {tag!r}")
+    def _from_world(world_rank: int) -> int:
+        return world_rank
 
-    # -- point to point --------------------------------------------------------
-    def send(self, obj, dest: int, tag: int = 0) -> None:
-        """Send ``obj`` to rank ``dest`` (blocks until the bytes are in the Pipe)."""
-        self._check_peer(dest, "dest")
-        self._check_tag(tag)
-        self._send(obj, dest, tag, 0)
-
-    def recv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
-        """Receive the next message from ``source`` (any neighbour by default) with ``tag``."""
-        if buf is not None and not isinstance(buf, (bytearray, memoryview)):
-            # mpi4py's first positional argument is a buffer; catch recv(1) meaning recv(source=1).
-            raise TypeError("recv(source) must be given by keyword: comm.recv(source=1)")
-        self._check_peer(source, "source", allow_any=True)
-        self._check_tag(tag, allow_any=True)
-        src, got_tag, obj = self._recv(source, tag, 0)
-        if status is not None:
-            status.source, status.tag = src, got_tag
-        return obj
-
+    # -- course_lib's own point to point ------------------------------------------------
     def recv_any(self, tag: int = ANY_TAG):
         """Receive from whichever neighbour sends first; return ``(source, obj)``."""
-        self._check_tag(tag, allow_any=True)
-        src, _, obj = self._recv(ANY_SOURCE, tag, 0)
-        return src, obj
-
-    def iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> bool:
-        """True if a matching message can be received now (never blocks)."""
-        self._check_peer(source, "source", allow_any=True)
-        self._check_tag(tag, allow_any=True)
-        if self._match(source, tag, 0, pop=False) is not None:
-            return True
-        if source == ANY_SOURCE:
-            self._drain_available()
-        elif source not in self._dead:
-            # only this link: a dead *other* neighbour must not disturb a poll of this one
-            while self._links[source].poll(0):
-                self._read_one(source)
-                if self._match(source, tag, 0, pop=False) is not None:
-                    return True
-        return self._match(source, tag, 0, pop=False) is not None
-
-    def isend(self, obj, dest: int, tag: int = 0) -> Request:
-        """Send in a background thread; call ``.wait()`` on the result."""
-        self._check_peer(dest, "dest")
-        self._check_tag(tag)
-        return self._isend(obj, dest, tag, 0)
-
-    def sendrecv(self, sendobj, dest: int, sendtag: int = 0, source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
-                 status: Status | None = None):
-        """Send to ``dest`` and receive from ``source`` at once, without deadlock."""
-        self._check_peer(dest, "dest")
-        self._check_peer(source, "source", allow_any=True)
-        req = self._isend(sendobj, dest, sendtag, 0)
-        src, got_tag, obj = self._recv(source, recvtag, 0)
-        req.wait()
-        if status is not None:
-            status.source, status.tag = src, got_tag
-        return obj
+        status = Status()
+        obj = self.recv(source=ANY_SOURCE, tag=tag, status=status)
+        return status.source, obj
 
     def barrier(self) -> None:
         """Wait until every rank has called ``barrier()``.
@@ -267,7 +245,7 @@ class Comm(CollectivesMixin, GroupMethods):
                 end = time.perf_counter()
             self._tracer.add("compute", start, end, label)
 
-    # -- internals used by collectives ----------------------------------------
+    # -- the engine: sending (world ranks) -----------------------------------------------
     def _stamp(self, dest: int, start: float, busy_until: list):
         if self._instant:
             return None
@@ -279,40 +257,97 @@ class Comm(CollectivesMixin, GroupMethods):
 
         return stamp
 
-    def _send(self, obj, dest: int, tag: int, context: int) -> None:
+    def _send(self, obj, dest: int, tag: int, context: int, sync_id: int | None = None) -> None:
+        with self._send_locks[dest]:
+            self._write(obj, dest, tag, context, sync_id)
+
+    def _write(self, obj, dest: int, tag: int, context: int, sync_id: int | None) -> None:
+        """Put one message in the Pipe to ``dest`` (the caller holds its send lock); count it."""
         conn = self._links[dest]
         tracer = self._tracer
-        with self._send_locks[dest]:
-            # the clock is read only when a trace or the emulated network needs it
-            start = _now() if tracer.enabled or not self._instant else 0.0
-            busy_until: list = []
-            try:
-                payload, header = wire.send(conn, self._run_id, context, tag, obj,
-                                            None if self._instant else self._stamp(dest, start, busy_until))
-            except (BrokenPipeError, ConnectionResetError, EOFError, OSError) as exc:
-                self._mark_dead(dest)
-                raise PeerLost(dest, "send") from exc
-            if busy_until:  # the emulated link is busy for nbytes / bandwidth
-                _sleep_until(busy_until[0])
-            self._sent_bytes[dest] += payload
-            self._sent_msgs[dest] += 1
-            self._sent_header[dest] += header
-            if tracer.enabled:
-                tracer.add("send", start, _now(), "", dest, payload)
+        # the clock is read only when a trace or the emulated network needs it
+        start = _now() if tracer.enabled or not self._instant else 0.0
+        busy_until: list = []
+        try:
+            payload, header = wire.send(conn, self._run_id, context, tag, obj,
+                                        None if self._instant else self._stamp(dest, start, busy_until), sync_id)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError) as exc:
+            self._mark_dead(dest)
+            raise PeerLost(dest, "send") from exc
+        if busy_until:  # the emulated link is busy for nbytes / bandwidth
+            _sleep_until(busy_until[0])
+        self._sent_bytes[dest] += payload
+        self._sent_msgs[dest] += 1
+        self._sent_header[dest] += header
+        if tracer.enabled:
+            tracer.add("send", start, _now(), "", dest, payload)
 
-    def _isend(self, obj, dest: int, tag: int, context: int) -> Request:
+    def _isend(self, obj, dest: int, tag: int, context: int, sync_id: int | None = None) -> _SendThread:
+        """Send in a background thread. The send lock is taken *here*, before the thread
+        starts, so a later send to the same rank cannot overtake this one."""
         box: list = []
+        lock = self._send_locks[dest]
+        lock.acquire()
 
         def run():
             try:
-                self._send(obj, dest, tag, context)
+                self._write(obj, dest, tag, context, sync_id)
             except BaseException as exc:  # re-raised in wait()
                 box.append(exc)
+            finally:
+                lock.release()
 
         thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        return Request(thread, box)
+        try:
+            thread.start()
+        except BaseException:
+            lock.release()
+            raise
+        return _SendThread(thread, box)
 
+    def _send_to_self(self, obj, tag: int, context: int, sync_id: int | None) -> None:
+        """Buffer a message to my own rank (MPI does): a copy, as if it had crossed a Pipe."""
+        body = pickle.dumps(obj, protocol=5)
+        msg = wire.Message(self._run_id, context, tag, 0.0, pickle.loads(body), len(body), len(body), sync_id,
+                           _now())
+        msg.source = self.rank
+        self._arrive(msg)
+
+    def _new_sync_id(self) -> int:
+        return next(self._sync_ids)
+
+    def _acknowledge(self, msg) -> None:
+        """The receiver matched a synchronous message: tell its sender."""
+        if msg.source == self.rank:
+            self._acked.add(msg.sync_id)
+            return
+        with self._send_locks[msg.source]:
+            try:
+                payload, header = wire.send(self._links[msg.source], self._run_id, ACK_CONTEXT, 0, msg.sync_id)
+            except (BrokenPipeError, ConnectionResetError, EOFError, OSError) as exc:
+                self._mark_dead(msg.source)
+                raise PeerLost(msg.source, "send") from exc
+        self._sent_header[msg.source] += payload + header
+
+    def _ack_arrived(self, sync_id: int, dest: int, block: bool) -> bool:
+        """Has ``dest`` matched my synchronous send ``sync_id``? (``block``: wait until it has.)"""
+        # Read every link, not only dest's: while we wait, our own posted irecvs must keep
+        # matching (and acknowledging) what others send, or a ring of ssends would deadlock.
+        if sync_id not in self._acked:
+            self._read_from(ANY_SOURCE, block=False)
+        while block and sync_id not in self._acked:
+            if dest == self.rank:
+                raise Deadlock(f"rank {self.rank}: a synchronous send to itself completes only once a "
+                               "receive matches it; post an irecv first (MPI would block forever)")
+            if dest in self._dead:
+                raise PeerLost(dest, "ssend")
+            self._read_from(ANY_SOURCE, block=True)
+        if sync_id in self._acked:
+            self._acked.discard(sync_id)
+            return True
+        return False
+
+    # -- the engine: receiving (world ranks) ----------------------------------------------
     def _match(self, source, tag, context, pop=True):
         for i, m in enumerate(self._pending):
             if (source == ANY_SOURCE or m.source == source) and (tag == ANY_TAG or m.tag == tag) \
@@ -322,22 +357,38 @@ class Comm(CollectivesMixin, GroupMethods):
                 return m
         return None
 
+    def _arrive(self, msg) -> None:
+        """A message has arrived: the first posted irecv that matches it takes it, else it waits."""
+        if self._posted:
+            for i, posted in enumerate(self._posted):
+                if posted.matches(msg):
+                    del self._posted[i]
+                    posted.msg = msg
+                    if msg.sync_id is not None:
+                        self._acknowledge(msg)
+                    return
+        self._pending.append(msg)
+
     def _read_one(self, peer: int) -> None:
-        """Read one message from ``peer`` into the pending queue."""
+        """Read one message from ``peer`` and let it arrive."""
         msg = self._read_message(peer)
         if msg is not None:
-            self._pending.append(msg)
+            self._arrive(msg)
 
-    def _read_message(self, peer: int) -> _Message | None:
-        """Read one message from ``peer`` (None if it is a straggler from an earlier run)."""
+    def _read_message(self, peer: int):
+        """Read one message from ``peer``: None if it was an acknowledgement or a straggler."""
         try:
-            run_id, context, tag, ready_at, obj, nbytes, read_start = wire.recv(self._links[peer])
+            msg = wire.recv(self._links[peer])
         except (EOFError, ConnectionResetError, OSError) as exc:
             self._mark_dead(peer)
             raise PeerLost(peer) from exc
-        if run_id == self._run_id:  # drop stragglers from an earlier, aborted run
-            return _Message(peer, context, tag, obj, ready_at, nbytes, read_start, _now())
-        return None
+        if msg.run_id != self._run_id:  # drop stragglers from an earlier, aborted run
+            return None
+        if msg.context == ACK_CONTEXT:
+            self._acked.add(msg.obj)
+            return None
+        msg.source, msg.read_end = peer, _now()
+        return msg
 
     def _mark_dead(self, peer: int) -> None:
         if peer not in self._dead:
@@ -353,20 +404,101 @@ class Comm(CollectivesMixin, GroupMethods):
         if self._selector is not None:
             return [key.data for key, _ in self._selector.select(timeout)]
         live = {self._links[p]: p for p in self._links if p not in self._dead}
+        if not live:
+            return []
         return [live[c] for c in wait_for(list(live), timeout=timeout)]
 
     def _drain_available(self) -> None:
         for peer in self._ready(0):
             self._read_one(peer)
 
+    def _progress(self, timeout: float) -> None:
+        """Read whatever arrives within ``timeout`` seconds (used while waiting on many requests)."""
+        for peer in self._ready(timeout):
+            self._read_one(peer)
+
+    def _read_from(self, source: int, block: bool, until=None) -> bool:
+        """Read from ``source`` (a world rank or ANY_SOURCE): if ``block``, one message (or one
+        round of the ready links); else whatever is there now, stopping early once ``until()``.
+        Raises Deadlock / PeerLost when nothing can ever arrive. Returns whether ``until()``."""
+        if not block:
+            if source == ANY_SOURCE or self._posted:
+                self._drain_available()
+            elif source in self._links and source not in self._dead:
+                # only this link: a dead *other* neighbour must not disturb a poll of this one
+                while self._links[source].poll(0):
+                    self._read_one(source)
+                    if until is not None and until():
+                        return True
+            return until is not None and until()
+        if source == self.rank:
+            raise Deadlock(f"rank {self.rank}: receive from itself, but no matching message was sent to "
+                           "itself (MPI would block forever)")
+        if source != ANY_SOURCE and source in self._dead:
+            raise PeerLost(source)
+        if source != ANY_SOURCE and not self._posted:
+            self._read_one(source)  # a blocking read: the time until bytes arrive is "wait"
+            return until is not None and until()
+        # Any link: with irecvs posted, a message from another rank may be the one they wait for.
+        if not self._links:
+            raise Deadlock(f"rank {self.rank}: nothing can arrive (no other rank, nothing sent to myself)")
+        if len(self._dead) == len(self._links):
+            raise PeerLost(-1, "recv: no live neighbour left")
+        for peer in self._ready(None):
+            self._read_one(peer)
+        return until is not None and until()
+
+    def _peek(self, source: int, tag: int, context: int, block: bool):
+        """The message a receive would take now, without taking it (None if none, unless ``block``)."""
+        msg = self._match(source, tag, context, pop=False)
+        if msg is not None:
+            return msg
+        if not block:
+            self._read_from(source, block=False,
+                            until=lambda: self._match(source, tag, context, pop=False) is not None)
+            return self._match(source, tag, context, pop=False)
+        while msg is None:
+            self._read_from(source, block=True)
+            msg = self._match(source, tag, context, pop=False)
+        return msg
+
+    def _post_recv(self, source: int, tag: int, context: int) -> _PostedRecv:
+        """irecv: take a waiting message now, or queue the receive for the next one that matches."""
+        posted = _PostedRecv(source, tag, context)
+        msg = self._match(source, tag, context)
+        if msg is not None:
+            posted.msg = msg
+            if msg.sync_id is not None:
+                self._acknowledge(msg)
+        else:
+            self._posted.append(posted)
+        return posted
+
+    def _posted_done(self, posted: _PostedRecv, block: bool) -> bool:
+        """Has the posted receive got its message? (``block``: read until it has.)"""
+        if posted.msg is None:
+            self._read_from(ANY_SOURCE, block=False)  # MPI's test makes progress on everything
+        while block and posted.msg is None:
+            self._read_from(posted.source, block=True)
+        if posted.msg is not None and posted.msg.ready_at > _now():
+            if not block:
+                return False
+            _sleep_until(posted.msg.ready_at)  # the emulated network has not delivered it yet
+        return posted.msg is not None
+
     def _recv(self, source: int, tag: int, context: int):
         """Block until a matching message is delivered; return (source, tag, obj)."""
+        msg = self._recv_message(source, tag, context)
+        return msg.source, msg.tag, msg.obj
+
+    def _recv_message(self, source: int, tag: int, context: int):
+        """Block until a matching message is delivered; return it (a :class:`wire.Message`)."""
         tracer = self._tracer
         if not tracer.enabled:  # the same, minus the bookkeeping of the timeline
             msg = self._wait_for_match(source, tag, context)
             if msg.ready_at and msg.ready_at > _now():  # the emulated network has not delivered it yet
                 _sleep_until(msg.ready_at)
-            return msg.source, msg.tag, msg.obj
+            return msg
         start = _now()
         try:
             msg = self._wait_for_match(source, tag, context)
@@ -382,29 +514,25 @@ class Comm(CollectivesMixin, GroupMethods):
         if msg.ready_at > _now():  # the emulated network has not delivered it yet
             _sleep_until(msg.ready_at)
             tracer.add("wait", read_end, _now(), "network", msg.source)
-        return msg.source, msg.tag, msg.obj
+        return msg
 
-    def _wait_for_match(self, source: int, tag: int, context: int) -> _Message:
-        if source != ANY_SOURCE and not self._pending and source not in self._dead:
+    def _wait_for_match(self, source: int, tag: int, context: int):
+        if not self._pending and not self._posted and source in self._links and source not in self._dead:
             # The common case: nothing queued, one named source. Its next message is
             # returned straight away if it matches (no other message could match first).
             msg = self._read_message(source)
             if msg is not None and (tag == ANY_TAG or msg.tag == tag) and msg.context == context:
+                if msg.sync_id is not None:
+                    self._acknowledge(msg)
                 return msg
             if msg is not None:
-                self._pending.append(msg)
+                self._arrive(msg)
         msg = self._match(source, tag, context)
         while msg is None:
-            if source == ANY_SOURCE:
-                if len(self._dead) == len(self._links):
-                    raise PeerLost(-1, "recv: no live neighbour left")
-                for peer in self._ready(None):
-                    self._read_one(peer)
-            else:
-                if source in self._dead:
-                    raise PeerLost(source)
-                self._read_one(source)  # a blocking read: the time until bytes arrive is "wait"
+            self._read_from(source, block=True)
             msg = self._match(source, tag, context)
+        if msg.sync_id is not None:
+            self._acknowledge(msg)
         return msg
 
 

@@ -9,14 +9,19 @@ ranks under the hood).
 sub-communicator, ordered by (key, old rank); color ``None`` or ``UNDEFINED`` gets
 ``None`` back (mpi4py's COMM_NULL). ``Group.Union/Intersection/Difference`` combine
 groups as the seeds describe, and ``comm.Create_group(group)`` (collective over the
-group only) makes its communicator.
+group only) makes its communicator. ``comm.Dup()`` (collective, no messages) gives
+the same group a new context: its messages never match the original's.
+
+Point-to-point on a sub-communicator names the group's ranks (0..k-1), everywhere:
+dest, source, ``Status.source``, PROC_NULL and self-sends included (see :mod:`p2p`).
 """
 from __future__ import annotations
 
 import zlib
 
 from .collective_api import CollectivesMixin
-from .constants import ANY_SOURCE, UNDEFINED
+from .constants import ANY_SOURCE, PROC_NULL, UNDEFINED
+from .p2p import PointToPoint, as_rank
 
 
 def _ctx(*parts) -> int:
@@ -94,6 +99,16 @@ class GroupMethods:
     def Create_group(self, group, tag=0):
         return create_group(self, group)
 
+    def Dup(self, info=None):
+        """MPI_Comm_dup: the same group with a new context (collective; no messages needed,
+        every member counts its Dup calls alike)."""
+        n = self.__dict__.get("_n_dups", 0) + 1   # __dict__: a SubComm must not read the world's count
+        self._n_dups = n
+        ctx = _ctx(self._coll_context(), "dup", n)
+        return SubComm(_world_of(self), self._world_ranks(), ctx)
+
+    Clone = Dup
+
     def Get_group(self):
         return Group(self._world_ranks(), self._world_rank())
 
@@ -104,17 +119,18 @@ class GroupMethods:
         return self._world_ranks()[self.rank]
 
 
-class SubComm(CollectivesMixin, GroupMethods):
+class SubComm(PointToPoint, CollectivesMixin, GroupMethods):
     """A communicator over some processes of the world communicator ``world``."""
 
     def __init__(self, world, members, ctx):
-        self._world = world
+        self._world = self._engine = world
         self._members = tuple(members)
+        self._group_rank_of = {w: r for r, w in enumerate(self._members)}
         self.rank = self._members.index(world.rank)
         self.size = len(self._members)
         self._ctx_p2p, self._ctx_coll = ctx, ctx + 1
         # per-communicator counters (set here so __getattr__ never hands out the world's)
-        self._coll_run, self._coll_seq, self._n_splits, self._n_groups = object(), 0, 0, {}
+        self._coll_run, self._coll_seq, self._n_splits, self._n_groups, self._n_dups = object(), 0, 0, {}, 0
 
     # what a collective needs -------------------------------------------------------
     @property
@@ -135,30 +151,23 @@ class SubComm(CollectivesMixin, GroupMethods):
     def _coll_link(self, peer):
         self._world._coll_link(self._members[peer])
 
-    # user point-to-point inside the group -------------------------------------------------
-    def _check(self, peer, what):
-        if not isinstance(peer, int) or not 0 <= peer < self.size or peer == self.rank:
-            raise ValueError(f"rank {self.rank}: {what}={peer!r} is not another rank of this "
-                             f"communicator (0..{self.size - 1})")
+    # ranks of this communicator: group ranks, translated to world ranks for the engine ----
+    def _to_world(self, peer, what, any_source=False):
+        """Check a group rank given by the program; return the world rank it names."""
+        if type(peer) is not int:
+            peer = as_rank(peer, what, self.rank)
+        if peer == PROC_NULL or (any_source and peer == ANY_SOURCE):
+            return peer
+        if not 0 <= peer < self.size:
+            raise ValueError(f"rank {self.rank}: {what}={peer!r} is not a rank of this communicator "
+                             f"(0..{self.size - 1})")
+        world_rank = self._members[peer]
+        if world_rank != self._world.rank:
+            self._world._to_world(world_rank, what)  # a neighbour in the world's topology?
+        return world_rank
 
-    def send(self, obj, dest, tag=0):
-        self._check(dest, "dest")
-        self._send(obj, dest, tag, self._ctx_p2p)
-
-    def recv(self, buf=None, source=-1, tag=-1, status=None):
-        if source != -1:
-            self._check(source, "source")
-        src, got, obj = self._recv(source, tag, self._ctx_p2p)
-        if status is not None:
-            status.source, status.tag = src, got
-        return obj
-
-    def sendrecv(self, sendobj, dest, sendtag=0, source=-1, recvtag=-1, status=None):
-        self._check(dest, "dest")
-        req = self._world._isend(sendobj, self._members[dest], sendtag, self._ctx_p2p)
-        obj = self.recv(source=source, tag=recvtag, status=status)
-        req.wait()
-        return obj
+    def _from_world(self, world_rank):
+        return self._group_rank_of.get(world_rank, world_rank)
 
     def barrier(self):
         """Dissemination barrier among the members (the world's barrier would wait for all)."""
@@ -171,7 +180,7 @@ class SubComm(CollectivesMixin, GroupMethods):
         return self.size
 
     def Free(self):
-        pass
+        """Nothing to release: a sub-communicator holds no resources of its own."""
 
     def __getattr__(self, name):
         # compute(), logger, stats, now(), step ... are the process's, shared with the world

@@ -140,25 +140,17 @@ class MPIComm(Comm):
                 return []
             time.sleep(20e-6)
 
-    def _isend(self, obj, dest: int, tag: int, context: int) -> MPIRequest:
+    def _isend(self, obj, dest: int, tag: int, context: int, sync_id: int | None = None) -> MPIRequest:
         """MPI has non-blocking sends of its own: post the frames, no thread needed."""
         link = self._links[dest]
         with self._send_locks[dest]:
             link.deferred = True
             try:
-                self._send_unlocked(obj, dest, tag, context)
+                self._write(obj, dest, tag, context, sync_id)
             finally:
                 link.deferred = False
                 posted, link.posted = link.posted, []
         return MPIRequest(posted)
-
-    def _send_unlocked(self, obj, dest, tag, context):
-        lock = self._send_locks[dest]
-        self._send_locks[dest] = _NoLock()
-        try:
-            self._send(obj, dest, tag, context)
-        finally:
-            self._send_locks[dest] = lock
 
     @property
     def _MPI(self):
@@ -178,10 +170,3 @@ class MPIComm(Comm):
     def timeline(self):
         return list(self._tracer.events)
 
-
-class _NoLock:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

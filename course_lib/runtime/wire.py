@@ -7,7 +7,13 @@ Any other object is pickled with protocol 5, so arrays *inside* it also travel a
 out-of-band raw frames rather than inside the pickle; a small object is a single frame.
 
 Header frame = fixed struct prefix ``(kind, run_id, context, tag, ready_at, n_buffers)``,
-then ``n_buffers`` buffer sizes, then the meta (array: dtype/shape pickle; object: pickle).
+then (synchronous sends only) the 8-byte id the receiver acknowledges, then ``n_buffers``
+buffer sizes, then the meta (array: dtype/shape pickle; object: pickle). A plain dtype
+travels as its ``str`` (``'<f8'``); a structured dtype as the dtype itself, since its
+``str`` (``'|V12'``) would lose the fields.
+
+Limits, checked before a byte is written (a ``ValueError`` otherwise, never a corrupt
+stream): tag and context are signed 32-bit, every frame at most :data:`MAX_FRAME` bytes.
 
 Frames are ``multiprocessing.connection.Connection`` frames (a 4-byte big-endian length,
 or -1 and an 8-byte length for frames over 2 GiB, then the bytes), so either end may use
@@ -35,8 +41,11 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 ARRAY, OBJECT = 0, 1
+SYNC = 4  # kind bit: a synchronous send, whose header carries the id to acknowledge
 _PREFIX = struct.Struct("<BqiidI")  # kind, run_id, context, tag, ready_at, n_buffers
 _SIZE = struct.Struct("<Q")
+_SYNC_ID = struct.Struct("<q")
+MAX_FRAME = 2 ** 64 - 1  # Connection's long frame length is 8 bytes
 
 # Connection's own framing (multiprocessing/connection.py: _send_bytes/_recv_bytes)
 _LEN = struct.Struct("!i")
@@ -57,6 +66,47 @@ def _bytes_view(arr: np.ndarray) -> memoryview:
 
 def _frame_len(n: int) -> bytes:
     return _LEN.pack(n) if n <= _BIG else _BIG_MARK + _BIG_LEN.pack(n)
+
+
+class Message:
+    """One received message: envelope, payload, and what the receiver's bookkeeping needs.
+
+    ``nbytes`` is the payload as counted in the statistics; ``pickled_size`` is the length
+    of the in-band protocol-5 pickle of ``obj`` (what mpi4py's ``Status.Get_count``
+    reports) when the wire knows it for free, else None (the object held arrays that
+    travelled as raw frames). ``sync_id`` is the id a synchronous send waits to see
+    acknowledged (None for other sends). ``source`` and ``read_end`` are set by the
+    receiving communicator.
+    """
+
+    __slots__ = ("run_id", "context", "tag", "ready_at", "obj", "nbytes", "pickled_size", "sync_id",
+                 "read_start", "source", "read_end")
+
+    def __init__(self, run_id, context, tag, ready_at, obj, nbytes, pickled_size, sync_id, read_start):
+        self.run_id, self.context, self.tag, self.ready_at = run_id, context, tag, ready_at
+        self.obj, self.nbytes, self.pickled_size, self.sync_id = obj, nbytes, pickled_size, sync_id
+        self.read_start = read_start
+        self.source, self.read_end = -1, read_start
+
+
+def _prefix(kind, run_id, context, tag, ready_at, n_buffers, sync_id) -> bytes:
+    """The fixed header prefix; a ValueError (before anything is written) if a field overflows."""
+    try:
+        prefix = _PREFIX.pack(kind if sync_id is None else kind | SYNC, run_id, context, tag, ready_at, n_buffers)
+        return prefix if sync_id is None else prefix + _SYNC_ID.pack(sync_id)
+    except struct.error as exc:
+        raise ValueError(f"message header cannot hold context={context}, tag={tag}, {n_buffers} buffers "
+                         f"(tag and context are 32-bit signed): {exc}") from None
+
+
+def _check_frame(nbytes: int) -> None:
+    if nbytes > MAX_FRAME:
+        raise ValueError(f"a frame of {nbytes} bytes is over the wire's limit of {MAX_FRAME} bytes")
+
+
+def _dtype_meta(dtype: np.dtype):
+    """What travels for a dtype: its short str, unless that would lose structured fields."""
+    return dtype.str if dtype.names is None else dtype
 
 
 # -- frames on a file descriptor ---------------------------------------------------------
@@ -162,54 +212,62 @@ def _put(conn, header: bytes, frames) -> None:
             conn.send_bytes(f)
 
 
-def send(conn, run_id: int, context: int, tag: int, obj, stamp=None) -> tuple[int, int]:
+def send(conn, run_id: int, context: int, tag: int, obj, stamp=None, sync_id=None) -> tuple[int, int]:
     """Send ``obj`` on ``conn``; return (payload_bytes, header_bytes).
 
     ``stamp(payload_bytes)``, when given, returns the time at which the (emulated)
-    network delivers the message; it travels in the header.
+    network delivers the message; it travels in the header. ``sync_id`` marks a
+    synchronous send (the receiver acknowledges it once matched).
+    Raises ValueError, with nothing written, if the header cannot hold the message.
     """
     if type(obj) is np.ndarray and not obj.dtype.hasobject:
         arr = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
+        _check_frame(arr.nbytes)
         ready_at = stamp(arr.nbytes) if stamp else 0.0
-        meta = pickle.dumps((arr.dtype.str, arr.shape), protocol=5)
-        header = _PREFIX.pack(ARRAY, run_id, context, tag, ready_at, 0) + meta
+        meta = pickle.dumps((_dtype_meta(arr.dtype), arr.shape), protocol=5)
+        header = _prefix(ARRAY, run_id, context, tag, ready_at, 0, sync_id) + meta
         _put(conn, header, (_bytes_view(arr),) if arr.nbytes else ())
         return arr.nbytes, len(header)
     buffers: list[pickle.PickleBuffer] = []
     body = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     if not buffers:  # the common case: one frame
+        _check_frame(len(body))
         ready_at = stamp(len(body)) if stamp else 0.0
-        prefix = _PREFIX.pack(OBJECT, run_id, context, tag, ready_at, 0)
+        prefix = _prefix(OBJECT, run_id, context, tag, ready_at, 0, sync_id)
         _put(conn, prefix + body, ())
         return len(body), len(prefix)
     raws = [b.raw() for b in buffers]
+    for r in raws:
+        _check_frame(r.nbytes)
     payload = len(body) + sum(r.nbytes for r in raws)
     ready_at = stamp(payload) if stamp else 0.0
-    prefix = _PREFIX.pack(OBJECT, run_id, context, tag, ready_at, len(raws))
+    prefix = _prefix(OBJECT, run_id, context, tag, ready_at, len(raws), sync_id)
     prefix += b"".join(_SIZE.pack(r.nbytes) for r in raws)
     _put(conn, prefix + body, [r for r in raws if r.nbytes])
     return payload, len(prefix)
 
 
-def recv(conn):
-    """Receive one message.
-
-    Returns (run_id, context, tag, ready_at, obj, payload_bytes, t_header): ``t_header``
-    is when the header frame had arrived (before it the receiver was only waiting).
-    """
+def recv(conn) -> Message:
+    """Receive one message. ``read_start`` is when its header frame had arrived (before
+    that the receiver was only waiting)."""
     frame = _recv_frame(conn)
     t_header = time.perf_counter()
     kind, run_id, context, tag, ready_at, nbuf = _PREFIX.unpack_from(frame)
     offset = _PREFIX.size
+    sync_id = None
+    if kind & SYNC:
+        sync_id, = _SYNC_ID.unpack_from(frame, offset)
+        offset += _SYNC_ID.size
+        kind &= ~SYNC
     if kind == ARRAY:
         dtype, shape = pickle.loads(memoryview(frame)[offset:])
         arr = np.empty(shape, dtype=np.dtype(dtype))
         if arr.nbytes:
             _recv_frame_into(conn, _bytes_view(arr))
-        return run_id, context, tag, ready_at, arr, arr.nbytes, t_header
+        return Message(run_id, context, tag, ready_at, arr, arr.nbytes, None, sync_id, t_header)
     body = memoryview(frame)[offset + 8 * nbuf:]
     if not nbuf:
-        return run_id, context, tag, ready_at, pickle.loads(body), len(body), t_header
+        return Message(run_id, context, tag, ready_at, pickle.loads(body), len(body), len(body), sync_id, t_header)
     sizes = [_SIZE.unpack_from(frame, offset + 8 * i)[0] for i in range(nbuf)]
     bufs = []
     for size in sizes:
@@ -217,4 +275,5 @@ def recv(conn):
         if size:
             _recv_frame_into(conn, memoryview(buf))
         bufs.append(buf)
-    return run_id, context, tag, ready_at, pickle.loads(body, buffers=bufs), len(body) + sum(sizes), t_header
+    obj = pickle.loads(body, buffers=bufs)
+    return Message(run_id, context, tag, ready_at, obj, len(body) + sum(sizes), None, sync_id, t_header)

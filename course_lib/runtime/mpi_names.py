@@ -1,0 +1,53 @@
+"""An ``MPI``-like namespace, so one program text runs on course_lib and on mpi4py.
+
+``from course_lib import MPI`` (or ``from mpi4py import MPI``), then ``MPI.ANY_SOURCE``,
+``MPI.ANY_TAG``, ``MPI.PROC_NULL``, ``MPI.UNDEFINED``, ``MPI.Status()``,
+``MPI.Request.waitall(...)``, ``MPI.SUM``, ``MPI.COMM_NULL``, ``MPI.BYTE``...
+
+The special values are numbers as in Open MPI (ANY_SOURCE -1, PROC_NULL -2); MPICH
+numbers them differently (ANY_SOURCE -2, PROC_NULL -1), so a portable program compares
+with the names, never with the numbers. What course_lib does not provide is simply
+absent here (an AttributeError names it); on a communicator it raises NotImplementedError.
+"""
+from __future__ import annotations
+
+import time
+
+from .comm import Comm, Deadlock, PeerLost
+from .constants import ANY_SOURCE, ANY_TAG, MAX_TAG, PROC_NULL, UNDEFINED
+from .ops import MAX, MAXLOC, MIN, MINLOC, PROD, SUM, Op
+from .p2p import Request, Status
+
+Intracomm = Comm
+COMM_NULL = None      # what Split(color=UNDEFINED) and Create_group return to non-members
+REQUEST_NULL = None
+SUCCESS = 0
+TAG_UB = MAX_TAG - 1  # the largest tag (mpi4py: comm.Get_attr(MPI.TAG_UB); MPICH: 2**29 - 1)
+
+
+class Datatype:
+    """Enough of an MPI datatype for ``Status.Get_count(datatype)``: a name and a size in bytes."""
+
+    def __init__(self, name: str, size: int):
+        self.name, self.size = name, size
+
+    def Get_size(self) -> int:
+        return self.size
+
+    def __repr__(self):
+        return f"<course_lib MPI.{self.name}>"
+
+
+BYTE, CHAR = Datatype("BYTE", 1), Datatype("CHAR", 1)
+INT, LONG, INT64_T = Datatype("INT", 4), Datatype("LONG", 8), Datatype("INT64_T", 8)
+FLOAT, DOUBLE = Datatype("FLOAT", 4), Datatype("DOUBLE", 8)
+
+
+def Wtime() -> float:
+    """Seconds on a monotonic clock (MPI_Wtime)."""
+    return time.perf_counter()
+
+
+__all__ = ["ANY_SOURCE", "ANY_TAG", "PROC_NULL", "UNDEFINED", "TAG_UB", "COMM_NULL", "REQUEST_NULL", "SUCCESS",
+           "Status", "Request", "Comm", "Intracomm", "Datatype", "BYTE", "CHAR", "INT", "LONG", "INT64_T", "FLOAT",
+           "DOUBLE", "SUM", "PROD", "MAX", "MIN", "MAXLOC", "MINLOC", "Op", "Wtime", "PeerLost", "Deadlock"]

@@ -348,9 +348,10 @@ class CollectivesMixin:
         """The seeds' ScatterGather (lesson 02): registered as the 'scatter_gather' extension."""
         return extension("scatter_gather")(self, data, src, dst, unit_size, total_size)
 
-    def allreduce_shm(self, x, op=SUM, workspace=None):
-        """Allreduce through shared memory (lesson 07): registered as the 'allreduce_shm' extension."""
-        return extension("allreduce_shm")(self, x, op, workspace)
+    def allreduce_shm(self, x, op=SUM, workspace=None, *, sync="auto"):
+        """Allreduce through shared memory (lesson 07): registered as the 'allreduce_shm' extension.
+        ``sync``: "spin" (counters in shared memory), "pipes" (barriers of messages) or "auto"."""
+        return extension("allreduce_shm")(self, x, op, workspace, sync=sync)
 
 
 _EXTENSIONS: dict = {}

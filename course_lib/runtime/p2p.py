@@ -348,7 +348,8 @@ class PointToPoint:
 
     def recv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
         """Receive the next message from ``source`` with ``tag`` (either may be ANY_*)."""
-        _check_recv_buf(buf)
+        if buf is not None:
+            _check_recv_buf(buf)
         source = self._to_world(source, "source", any_source=True)
         if type(tag) is not int or not (0 <= tag < MAX_TAG or tag == ANY_TAG):
             tag = recv_tag(tag)

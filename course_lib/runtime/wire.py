@@ -83,10 +83,18 @@ class Message:
                  "read_start", "source", "read_end")
 
     def __init__(self, run_id, context, tag, ready_at, obj, nbytes, pickled_size, sync_id, read_start):
-        self.run_id, self.context, self.tag, self.ready_at = run_id, context, tag, ready_at
-        self.obj, self.nbytes, self.pickled_size, self.sync_id = obj, nbytes, pickled_size, sync_id
+        # one statement per field: cheaper than tuple assignment, and every message pays for it
+        self.run_id = run_id
+        self.context = context
+        self.tag = tag
+        self.ready_at = ready_at
+        self.obj = obj
+        self.nbytes = nbytes
+        self.pickled_size = pickled_size
+        self.sync_id = sync_id
         self.read_start = read_start
-        self.source, self.read_end = -1, read_start
+        self.source = -1
+        self.read_end = read_start
 
 
 def _prefix(kind, run_id, context, tag, ready_at, n_buffers, sync_id) -> bytes:
@@ -230,10 +238,15 @@ def send(conn, run_id: int, context: int, tag: int, obj, stamp=None, sync_id=Non
         return arr.nbytes, len(header)
     buffers: list[pickle.PickleBuffer] = []
     body = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    if not buffers:  # the common case: one frame
-        _check_frame(len(body))
+    if not buffers:  # the common case: one frame (checks inlined: every small message pays for them)
+        if len(body) > MAX_FRAME:
+            _check_frame(len(body))
         ready_at = stamp(len(body)) if stamp else 0.0
-        prefix = _prefix(OBJECT, run_id, context, tag, ready_at, 0, sync_id)
+        try:
+            prefix = _PREFIX.pack(OBJECT, run_id, context, tag, ready_at, 0) if sync_id is None else \
+                _prefix(OBJECT, run_id, context, tag, ready_at, 0, sync_id)
+        except struct.error:  # raised before anything is written
+            prefix = _prefix(OBJECT, run_id, context, tag, ready_at, 0, sync_id)  # raises a ValueError that says why
         _put(conn, prefix + body, ())
         return len(body), len(prefix)
     raws = [b.raw() for b in buffers]

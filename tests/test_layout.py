@@ -82,7 +82,7 @@ def test_no_import_cycle():
 def test_the_graph_sees_lazy_imports():
     """The check above cannot pass by missing imports: a known lazy import is in the graph."""
     g = import_graph()
-    assert g.has_edge("course_lib.runtime.cluster", "course_lib.runtime.comm")
+    assert g.has_edge("course_lib.runtime.worker", "course_lib.runtime.comm")
     assert g.has_edge("course_lib.runtime.mpi_backend", "course_lib.runtime.cluster")  # inside MPIComm()
     assert g.has_edge("course_lib.collectives", "course_lib.runtime.registry")
 

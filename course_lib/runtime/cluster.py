@@ -3,7 +3,8 @@
 How the wiring works (and why):
 
 * Each worker has one *control* Pipe to the launching process (tasks, results, barrier).
-  What travels on it are the small message classes below (``StartRun``, ``RunDone``, ...).
+  What travels on it are the small message classes of :mod:`.control` (``StartRun``, ...);
+  the worker's side of it is :mod:`.worker`.
 * Workers are wired to each other by duplex Pipes: the full mesh by default, or only the
   edges of an undirected networkx graph. The Pipes are made *inside the workers* (each
   listens on a local socket, connects to its higher-ranked neighbours and accepts the
@@ -30,24 +31,23 @@ import numbers
 import operator
 import os
 import signal
-import sys
 import threading
 import time
 import traceback
 import weakref
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from multiprocessing.connection import Client, Listener
 from multiprocessing.connection import wait as wait_for
 
 import cloudpickle
 
 from . import shm
-from .comm import Comm
+from .control import (BarrierArrived, BarrierRelease, DropSegments, Listening, Progress, RunDone, RunFailed,
+                      StartFailed, StartRun, Stop, Wired, WireUp)
 from .faults import as_fault, check_rank_map, check_slow
-from .logs import LogRouter, setup_worker_logging
+from .logs import LogRouter
 from .netem import Network
 from .trace import Stats, Timeline
+from .worker import safe_str, worker_main
 
 START_METHODS = ("fork", "spawn", "forkserver")
 _RESERVED = ("network", "slow", "faults", "timeout", "on_failure")
@@ -83,99 +83,6 @@ class RunResult(list):
 
 
 # ------------------------------------------------------------ control messages
-# parent -> worker
-@dataclass(frozen=True)
-class WireUp:
-    higher: dict   # rank -> address, for the neighbours this worker connects to
-    lower: list    # ranks of the neighbours that connect to this worker
-
-
-@dataclass(frozen=True)
-class StartRun:
-    """Followed on the Pipe by the pickled (fn, args, kwargs) as raw bytes."""
-    run_id: int
-    t0: float
-    network: Network
-    slow: dict
-    faults: dict
-    trace: bool
-    drop_segments: tuple = ()  # segments the parent released since the last message
-
-
-@dataclass(frozen=True)
-class DropSegments:
-    """The parent released these segments: unmap them, so their memory is really freed."""
-    names: tuple
-
-
-@dataclass(frozen=True)
-class Stop:
-    pass
-
-
-# worker -> parent
-@dataclass(frozen=True)
-class Listening:
-    address: object
-
-
-@dataclass(frozen=True)
-class Wired:
-    pass
-
-
-@dataclass(frozen=True)
-class StartFailed:
-    exc_type: str
-    message: str
-    traceback: str
-    errno: int | None = None
-
-
-@dataclass(frozen=True)
-class RunDone:
-    run_id: int
-    result: bytes
-    result_type: str
-    stats: Stats
-    events: list
-
-
-@dataclass(frozen=True)
-class RunFailed:
-    run_id: int
-    exc_type: str
-    message: str
-    traceback: str
-    stats: Stats
-    events: list
-    raised_at: float = field(default_factory=time.time)  # wall clock, to measure how fast it is reported
-
-
-@dataclass(frozen=True)
-class BarrierArrived:
-    rank: int
-
-
-@dataclass(frozen=True)
-class Progress:
-    rank: int
-    done: int
-    total: int
-
-
-_BARRIER_GO = ("barrier_go",)  # the reply comm.barrier() waits for
-
-
-def _as_message(raw):
-    """The communicator (comm.py) still sends barrier and progress as tuples: give them types."""
-    if isinstance(raw, tuple) and raw and raw[0] == "barrier":
-        return BarrierArrived(raw[1])
-    if isinstance(raw, tuple) and raw and raw[0] == "progress":
-        return Progress(*raw[1:4])
-    return raw
-
-
 # ------------------------------------------------------------ checks of the arguments
 def default_start_method() -> str:
     env = os.environ.get("COURSE_START_METHOD")
@@ -419,7 +326,7 @@ class Cluster:
         # over so it closes them (63 wasted descriptors per worker at n=64 otherwise).
         inherited = (list(self._conns), [p.sentinel for p in self._procs]) if self.start_method == "fork" else None
         proc = self._ctx.Process(
-            target=_worker_entry,
+            target=worker_main,
             args=(rank, self.n_workers, child_end, self._logs.channel, os.getpid(), self.log_level, inherited),
             name=f"course-worker-{rank}", daemon=True,
         )
@@ -487,7 +394,7 @@ class Cluster:
             seen.add(rank)
             conn = self._conns[rank]
             try:
-                msg = _as_message(conn.recv()) if (obj in conns or conn.poll()) else None
+                msg = conn.recv() if (obj in conns or conn.poll()) else None
             except (EOFError, OSError):
                 msg = None
             yield rank, msg
@@ -696,7 +603,7 @@ class Cluster:
     def _release_barrier_if_complete(self, state: "_RunState") -> None:
         if state.at_barrier and state.at_barrier >= state.running:
             for r in state.at_barrier:
-                self._conns[r].send(_BARRIER_GO)
+                self._conns[r].send(BarrierRelease())
             state.at_barrier.clear()
 
     def _death_error(self, rank: int, while_starting: bool = False) -> WorkerError:
@@ -745,7 +652,7 @@ def _raised_error(rank: int, msg: RunFailed) -> WorkerError:
 
 
 def _unloadable_result_error(rank: int, msg: RunDone, exc: Exception) -> WorkerError:
-    detail = f"{type(exc).__name__}: {_safe_str(exc)}"
+    detail = f"{type(exc).__name__}: {safe_str(exc)}"
     return WorkerError(f"rank {rank} returned a {msg.result_type} that the parent cannot unpickle ({detail}). "
                        "Return plain data (numbers, strings, numpy arrays, lists, dicts) from the worker "
                        "function.", rank, [rank], traceback.format_exc(), exc_type="UnpicklableResult")
@@ -854,163 +761,3 @@ def _sweep_segments_of(pids) -> None:
                 os.unlink(os.path.join(shm.SHM_DIR, name))
             except FileNotFoundError:
                 pass
-
-
-def _safe_str(exc: BaseException) -> str:
-    """str(exc), even for an exception whose __str__ itself raises."""
-    try:
-        return str(exc)
-    except BaseException as inner:
-        return f"<str() of this {type(exc).__name__} raised {type(inner).__name__}>"
-
-
-# ---------------------------------------------------------------- worker side
-class UnpicklableResult(TypeError):
-    """The worker function returned something that cannot travel to the parent."""
-
-
-def _watch_owner(owner_pid: int) -> None:
-    """Exit if the launching process dies, so no worker outlives it."""
-    import psutil
-
-    while True:
-        time.sleep(0.5)
-        if not psutil.pid_exists(owner_pid):
-            shm.release_all()
-            os._exit(1)
-
-
-def _close_inherited(inherited) -> None:
-    """Under fork: close the parent's ends of the elder siblings' Pipes and their sentinels."""
-    if inherited is None:
-        return
-    conns, sentinels = inherited
-    for conn in conns:
-        conn.close()
-    for fd in sentinels:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
-def _connect_mesh(rank: int, control) -> dict:
-    family = "AF_PIPE" if sys.platform == "win32" else "AF_UNIX"
-    listener = Listener(family=family, backlog=128, authkey=mp.current_process().authkey)
-    control.send(Listening(listener.address))
-    wiring = control.recv()
-    assert isinstance(wiring, WireUp), wiring
-    links = {}
-    for peer, address in sorted(wiring.higher.items()):
-        conn = Client(address, family=family, authkey=mp.current_process().authkey)
-        conn.send(rank)
-        links[peer] = conn
-    for _ in wiring.lower:
-        conn = listener.accept()
-        links[conn.recv()] = conn
-    listener.close()
-    control.send(Wired())
-    return links
-
-
-def _worker_entry(rank, size, control, log_channel, owner_pid, log_level, inherited=None):
-    """Main loop of a worker process: wire up, then run tasks until told to stop."""
-    if hasattr(signal, "SIGINT"):
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C / kernel interrupt
-    if hasattr(signal, "SIGTERM"):
-        signal.signal(signal.SIGTERM, _on_sigterm)
-    _close_inherited(inherited)
-    threading.Thread(target=_watch_owner, args=(owner_pid,), daemon=True).start()
-    logger = setup_worker_logging(log_channel, rank, log_level)
-    try:
-        links = _connect_mesh(rank, control)
-    except BaseException as exc:
-        control.send(StartFailed(type(exc).__name__, _safe_str(exc), traceback.format_exc(),
-                                 getattr(exc, "errno", None)))
-        return
-    _serve(Comm(rank, size, links, control, logger), control)
-    sys.stdout.flush()
-    shm.release_all()
-
-
-def _serve(comm: Comm, control) -> None:
-    """Answer the parent's messages until Stop, a closed Pipe, or a failed run."""
-    while True:
-        try:
-            msg = control.recv()
-        except (EOFError, OSError):
-            return
-        if isinstance(msg, Stop):
-            return
-        if isinstance(msg, DropSegments):
-            shm.detach(msg.names)
-            continue
-        shm.detach(msg.drop_segments)
-        reply = _run_task(comm, control, msg)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        try:
-            control.send(reply)
-        except (BrokenPipeError, OSError):
-            return
-        if isinstance(reply, RunFailed):
-            # Exit, closing every Pipe: peers blocked on this rank get PeerLost instead of
-            # waiting for ever (under on_failure="continue"); the next run() starts a new worker.
-            return
-
-
-def _run_task(comm: Comm, control, start: StartRun):
-    comm._begin_run(start.run_id, start.t0, start.network, start.slow, start.faults, start.trace)
-    try:
-        fn, args, kwargs = cloudpickle.loads(control.recv_bytes())
-        value = fn(comm, *args, **kwargs)
-        return RunDone(start.run_id, _pickle_result(value), _type_name(value), comm.stats, comm._tracer.events)
-    except BaseException as exc:
-        # format_exc never calls a failing __str__ twice: it prints "<exception str() failed>"
-        return RunFailed(start.run_id, type(exc).__name__, _safe_str(exc), traceback.format_exc(),
-                         comm.stats, comm._tracer.events)
-
-
-def _pickle_result(value) -> bytes:
-    try:
-        with shm.returning_to_parent():
-            return cloudpickle.dumps(value)
-    except shm.SharedArrayOwnershipError:
-        raise
-    except Exception as exc:
-        where = _find_unpicklable(value, "the result")
-        raise UnpicklableResult(
-            f"the worker function returned a {_type_name(value)}, which cannot be pickled to travel to "
-            f"the parent: {where or 'it'} ({_safe_str(exc)}). Return plain data (numbers, strings, "
-            f"numpy arrays, lists, dicts) instead.") from exc
-
-
-def _find_unpicklable(value, path: str, depth: int = 0) -> str | None:
-    """Where inside ``value`` the first unpicklable object is, e.g. "the result['model'] (a _thread.lock)"."""
-    if depth > 4:
-        return None
-    if isinstance(value, dict):
-        children = [(f"{path}[{k!r}]", v) for k, v in value.items()]
-    elif isinstance(value, (list, tuple)):
-        children = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
-    else:
-        children = [(f"{path}.{k}", v) for k, v in getattr(value, "__dict__", {}).items()]
-    for child_path, child in children:
-        try:
-            cloudpickle.dumps(child)
-        except Exception:
-            return _find_unpicklable(child, child_path, depth + 1) or f"{child_path} (a {_type_name(child)})"
-    return None
-
-
-def _type_name(value) -> str:
-    t = type(value)
-    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
-
-
-def _on_sigterm(signum, frame):
-    """Free what this worker owns, then die *by* SIGTERM, so the parent can say so."""
-    shm.release_all()
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
-    os._exit(128 + signum)  # not reached where the signal is delivered at once

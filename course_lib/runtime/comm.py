@@ -36,6 +36,7 @@ from multiprocessing.connection import wait as wait_for
 from . import wire
 from .collective_api import CollectivesMixin
 from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL
+from .control import BarrierArrived, BarrierRelease, Progress
 from .groups import GroupMethods
 from .mpi4py_methods import MPI4PY_COMM_METHODS
 from .netem import Network
@@ -203,9 +204,9 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         topology. (Lesson 02 builds barriers from messages: token ring, dissemination.)
         """
         start = time.perf_counter()
-        self._control.send(("barrier", self.rank))
+        self._control.send(BarrierArrived(self.rank))
         reply = self._control.recv()
-        if reply != ("barrier_go",):  # pragma: no cover - protocol error
+        if not isinstance(reply, BarrierRelease):  # pragma: no cover - protocol error
             raise RuntimeError(f"rank {self.rank}: unexpected control message {reply!r}")
         self._tracer.add("wait", start, time.perf_counter(), "barrier")
 
@@ -218,7 +219,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         if done >= total or now - self._last_progress >= 0.1:
             self._last_progress = now
             if self._control is not None:
-                self._control.send(("progress", self.rank, int(done), int(total)))
+                self._control.send(Progress(self.rank, int(done), int(total)))
 
     @contextmanager
     def compute(self, label: str = "compute"):

@@ -1,0 +1,183 @@
+"""The worker side of a ``Cluster``: wire up to the neighbours, then run what the parent sends.
+
+Each worker process runs :func:`worker_main`: it connects its Pipes to its neighbours
+(:func:`_connect_mesh`), then answers the parent's control messages (:mod:`.control`) until
+told to stop. A run's result travels back pickled; what cannot be pickled, a failing
+``__str__`` or a segment the worker made itself are reported by name instead of lost.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Client, Listener
+
+import cloudpickle
+
+from . import shm
+from .comm import Comm
+from .control import DropSegments, Listening, RunDone, RunFailed, StartFailed, StartRun, Stop, WireUp, Wired
+from .logs import setup_worker_logging
+
+
+def safe_str(exc: BaseException) -> str:
+    """str(exc), even for an exception whose __str__ itself raises."""
+    try:
+        return str(exc)
+    except BaseException as inner:
+        return f"<str() of this {type(exc).__name__} raised {type(inner).__name__}>"
+
+
+class UnpicklableResult(TypeError):
+    """The worker function returned something that cannot travel to the parent."""
+
+
+def _watch_owner(owner_pid: int) -> None:
+    """Exit if the launching process dies, so no worker outlives it."""
+    import psutil
+
+    while True:
+        time.sleep(0.5)
+        if not psutil.pid_exists(owner_pid):
+            shm.release_all()
+            os._exit(1)
+
+
+def _close_inherited(inherited) -> None:
+    """Under fork: close the parent's ends of the elder siblings' Pipes and their sentinels."""
+    if inherited is None:
+        return
+    conns, sentinels = inherited
+    for conn in conns:
+        conn.close()
+    for fd in sentinels:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _connect_mesh(rank: int, control) -> dict:
+    family = "AF_PIPE" if sys.platform == "win32" else "AF_UNIX"
+    listener = Listener(family=family, backlog=128, authkey=mp.current_process().authkey)
+    control.send(Listening(listener.address))
+    wiring = control.recv()
+    assert isinstance(wiring, WireUp), wiring
+    links = {}
+    for peer, address in sorted(wiring.higher.items()):
+        conn = Client(address, family=family, authkey=mp.current_process().authkey)
+        conn.send(rank)
+        links[peer] = conn
+    for _ in wiring.lower:
+        conn = listener.accept()
+        links[conn.recv()] = conn
+    listener.close()
+    control.send(Wired())
+    return links
+
+
+def worker_main(rank, size, control, log_channel, owner_pid, log_level, inherited=None):
+    """Main loop of a worker process: wire up, then run tasks until told to stop."""
+    if hasattr(signal, "SIGINT"):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C / kernel interrupt
+    if hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    _close_inherited(inherited)
+    threading.Thread(target=_watch_owner, args=(owner_pid,), daemon=True).start()
+    logger = setup_worker_logging(log_channel, rank, log_level)
+    try:
+        links = _connect_mesh(rank, control)
+    except BaseException as exc:
+        control.send(StartFailed(type(exc).__name__, safe_str(exc), traceback.format_exc(),
+                                 getattr(exc, "errno", None)))
+        return
+    _serve(Comm(rank, size, links, control, logger), control)
+    sys.stdout.flush()
+    shm.release_all()
+
+
+def _serve(comm: Comm, control) -> None:
+    """Answer the parent's messages until Stop, a closed Pipe, or a failed run."""
+    while True:
+        try:
+            msg = control.recv()
+        except (EOFError, OSError):
+            return
+        if isinstance(msg, Stop):
+            return
+        if isinstance(msg, DropSegments):
+            shm.detach(msg.names)
+            continue
+        shm.detach(msg.drop_segments)
+        reply = _run_task(comm, control, msg)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            control.send(reply)
+        except (BrokenPipeError, OSError):
+            return
+        if isinstance(reply, RunFailed):
+            # Exit, closing every Pipe: peers blocked on this rank get PeerLost instead of
+            # waiting for ever (under on_failure="continue"); the next run() starts a new worker.
+            return
+
+
+def _run_task(comm: Comm, control, start: StartRun):
+    comm._begin_run(start.run_id, start.t0, start.network, start.slow, start.faults, start.trace)
+    try:
+        fn, args, kwargs = cloudpickle.loads(control.recv_bytes())
+        value = fn(comm, *args, **kwargs)
+        return RunDone(start.run_id, _pickle_result(value), type_name(value), comm.stats, comm._tracer.events)
+    except BaseException as exc:
+        # format_exc never calls a failing __str__ twice: it prints "<exception str() failed>"
+        return RunFailed(start.run_id, type(exc).__name__, safe_str(exc), traceback.format_exc(),
+                         comm.stats, comm._tracer.events)
+
+
+def _pickle_result(value) -> bytes:
+    try:
+        with shm.returning_to_parent():
+            return cloudpickle.dumps(value)
+    except shm.SharedArrayOwnershipError:
+        raise
+    except Exception as exc:
+        where = _find_unpicklable(value, "the result")
+        raise UnpicklableResult(
+            f"the worker function returned a {type_name(value)}, which cannot be pickled to travel to "
+            f"the parent: {where or 'it'} ({safe_str(exc)}). Return plain data (numbers, strings, "
+            f"numpy arrays, lists, dicts) instead.") from exc
+
+
+def _find_unpicklable(value, path: str, depth: int = 0) -> str | None:
+    """Where inside ``value`` the first unpicklable object is, e.g. "the result['model'] (a _thread.lock)"."""
+    if depth > 4:
+        return None
+    if isinstance(value, dict):
+        children = [(f"{path}[{k!r}]", v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        children = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    else:
+        children = [(f"{path}.{k}", v) for k, v in getattr(value, "__dict__", {}).items()]
+    for child_path, child in children:
+        try:
+            cloudpickle.dumps(child)
+        except Exception:
+            return _find_unpicklable(child, child_path, depth + 1) or f"{child_path} (a {type_name(child)})"
+    return None
+
+
+def type_name(value) -> str:
+    t = type(value)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _on_sigterm(signum, frame):
+    """Free what this worker owns, then die *by* SIGTERM, so the parent can say so."""
+    shm.release_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # not reached where the signal is delivered at once

@@ -43,7 +43,8 @@ def run():
     out = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
     pairs = json.loads(out[out.index(MARKER) + len(MARKER):])
     table = {tuple(k) if isinstance(k, list) else k: v for k, v in pairs}
-    return table, seconds, text
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    return table, seconds, text, printed
 
 
 def best(table, engine, p, size):
@@ -54,13 +55,13 @@ needs_mpi = pytest.mark.skipif(mpiexec_path() is None, reason="the mpi extra is 
 
 
 def test_runs_headless_within_the_budget(run):
-    table, seconds, _ = run
+    table, seconds, _, _ = run
     assert seconds < BUDGET_S, f"lesson 07 took {seconds:.0f} s (budget {BUDGET_S} s)"
     assert table["sizes"] == SIZES
 
 
 def test_text_no_longer_claims_shared_memory_simply_wins(run):
-    _, _, text = run
+    _, _, text, _ = run
     assert "which is why it wins on one machine" not in text
     assert "On one machine shared memory wins;" not in text
 
@@ -68,7 +69,7 @@ def test_text_no_longer_claims_shared_memory_simply_wins(run):
 def test_small_messages_cost_synchronisation(run):
     # "At 4 KB ... more than twice as slow when its ranks wait on Pipe barriers ... at 64 KB
     # it is still slower" (measured: 4-50x at 4 KB, 1.6-25x at 64 KB, depending on load)
-    table, _, _ = run
+    table, _, _, _ = run
     assert best(table, "shm_pipes", 2, 4 * KB) > 2 * best(table, "shm", 2, 4 * KB)
     assert best(table, "shm_pipes", 2, 64 * KB) > best(table, "shm", 2, 64 * KB)
     # "At 4 KB every engine stays far below memcpy's bandwidth" (far: 2x, with margin)
@@ -79,24 +80,38 @@ def test_small_messages_cost_synchronisation(run):
 
 
 @needs_mpi
-def test_mpich_takes_a_few_microseconds_at_4_kb_and_bound_shm_is_within_3x(run):
-    table, _, _ = run
-    assert table["bind"] is True              # "Both engines run with rank r bound to core r"
-    assert best(table, "mpi", 2, 4 * KB) < 30e-6
-    assert best(table, "shm", 2, 4 * KB) < 3 * best(table, "mpi", 2, 4 * KB)
+def test_printed_verdicts_are_those_of_the_table(run):
+    """The text promises that the notebook prints, from its own table, whether course_lib came
+    within 3x of MPICH at 4 and 64 KB (p = 2 and 4) and whether it was faster from 1 MB up:
+    every such line must be there and say what the table says."""
+    table, _, _, printed = run
+    assert table["bind"] is True              # "with each rank bound to its own core"
+    lines = [line for line in printed.splitlines() if line.startswith("on this run, ")]
+    assert len(lines) == 7, lines
+    for p in (2, 4):
+        for size in (4 * KB, 64 * KB):
+            ratio = best(table, "shm", p, size) / best(table, "mpi", p, size)
+            verdict = "within 3x of" if ratio < 3 else "more than 3x slower than"
+            want = f"on this run, p={p}, {size // KB} KB: "
+            line = next(x for x in lines if x.startswith(want))
+            assert line.endswith(f"course_lib is {verdict} MPICH"), (line, ratio)
+    for size in (MB, 4 * MB, 16 * MB):
+        ratio = best(table, "mpi", 2, size) / best(table, "shm", 2, size)
+        line = next(x for x in lines if x.startswith(f"on this run, p=2, {size // MB} MB: "))
+        assert f"course_lib is {'faster' if ratio > 1 else 'slower'} than MPICH ({ratio:.2f}x)" in line, line
 
 
 @needs_mpi
-def test_shared_memory_beats_mpi_at_1_mb_and_keeps_up_above(run):
-    # "faster at 1 MB" (10% margin for noise); "at least about as fast at 4 and 16 MB" (0.67x)
-    table, _, _ = run
-    assert best(table, "mpi", 2, MB) > 0.9 * best(table, "shm", 2, MB)
-    for size in (4 * MB, 16 * MB):
-        assert best(table, "mpi", 2, size) > 0.67 * best(table, "shm", 2, size), size
+def test_the_text_claims_nothing_about_mpich_that_this_run_must_show(run):
+    """Claims that depend on the machine's load are printed verdicts, not fixed prose."""
+    _, _, text, _ = run
+    assert "it comes within 3x of MPICH" not in text
+    assert "course_lib stays within 3x of MPICH" not in text
+    assert "the cell below prints the verdict" in text
 
 
 def test_memcpy_beats_every_allreduce_at_every_size(run):
-    table, _, _ = run
+    table, _, _, _ = run
     for i, size in enumerate(SIZES):
         for key in table:
             if isinstance(key, tuple):
@@ -104,16 +119,10 @@ def test_memcpy_beats_every_allreduce_at_every_size(run):
 
 
 def test_ring_over_pipes_is_the_slowest_at_every_size(run):
-    table, _, _ = run
+    table, _, _, _ = run
     others = [e for e in ("shm", "shm_pipes", "mpi") if ("mpi" != e or ("mpi", 2) in table)]
     for size in SIZES:
         for engine in others:
             assert best(table, "ring", 2, size) > best(table, engine, 2, size), (engine, size)
 
 
-@needs_mpi
-def test_oversubscribed_shared_memory_within_3x_of_mpi(run):
-    # "with 4 processes ... course_lib stays within 3x of MPICH at 4 KB and 64 KB"
-    table, _, _ = run
-    for size in (4 * KB, 64 * KB):
-        assert best(table, "shm", 4, size) < 3 * best(table, "mpi", 4, size), size

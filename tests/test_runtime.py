@@ -16,7 +16,7 @@ import pytest
 from course_lib import (ANY_SOURCE, Cluster, Fault, Network, PeerLost, SharedArray, Status, WorkerError,
                         WorkerTimeout)
 from course_lib.runtime import shm
-from runtime_checks import assert_clean, our_segments, worker_children
+from runtime_checks import assert_clean
 
 METHODS = ["fork", "spawn", "forkserver"]
 

@@ -25,13 +25,14 @@ import sys
 import tarfile
 from pathlib import Path
 
-from .reference import NOTEBOOKS, QUESTIONS, lesson_of, questions_of
+from .lessons import graded as graded_lessons
+from .reference import NOTEBOOKS, lesson_of, questions_of
 
 PACKAGE = Path(__file__).resolve().parent          # course_lib/
 ROOT = PACKAGE.parent                              # the checkout (or a release) it belongs to
 MARKER = ".course-release"                         # marks a folder this module may overwrite
 
-LESSONS = sorted({lesson_of(q) for q in QUESTIONS})
+LESSONS = [lesson.number for lesson in graded_lessons()]
 
 
 # -- stand-ins ---------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Dict, List
 
 import nbformat
 
+from ..lessons import graded as graded_lessons
 from .regions import RegionError, lesson_of_path, replace_regions, stub
 from .registry import REPO_ROOT, load_lesson
 
@@ -61,9 +62,13 @@ def render(nb) -> str:
 
 
 def expected_exercises(solutions_dir: Path, exercises_dir: Path) -> Dict[Path, str]:
-    """{exercise path: expected file text} for every solution notebook."""
+    """{exercise path: expected file text} for every graded lesson of the manifest whose solution
+    notebook is in ``solutions_dir`` (tests/test_lessons.py checks that the course has them all)."""
     out = {}
-    for sol in sorted(Path(solutions_dir).glob("[0-9][0-9]_*.ipynb")):
+    for lesson in graded_lessons():
+        sol = Path(solutions_dir) / lesson.notebook
+        if not sol.is_file():
+            continue
         nb = nbformat.read(sol, as_version=4)
         ex, _ = build_exercise(nb, lesson_of_path(sol), sol.name)
         out[Path(exercises_dir) / sol.name] = render(ex)

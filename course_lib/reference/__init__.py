@@ -19,6 +19,8 @@ in ``course_lib/questions/ex04.py``); ``tests/test_release.py`` checks that both
 """
 from __future__ import annotations
 
+from ..lessons import graded as graded_lessons
+
 #: question id -> the function it asks for (its reference lives in ``course_lib.reference.exNN``)
 QUESTIONS = {
     "ex00_1": "sum_shard",
@@ -62,15 +64,7 @@ ELEMENTWISE = {
 }
 
 #: lesson -> the exercise notebook (in ``exercises/``) where a student writes that lesson's answers
-NOTEBOOKS = {
-    "00": "00_cluster_in_your_laptop.ipynb",
-    "01": "01_mapreduce_gd.ipynb",
-    "02": "02_collectives.ipynb",
-    "03": "03_async_parameter_server.ipynb",
-    "04": "04_gossip.ipynb",
-    "05": "05_parameter_server_internals.ipynb",
-    "06": "06_model_and_pipeline_parallel.ipynb",
-}
+NOTEBOOKS = {lesson.number: lesson.notebook for lesson in graded_lessons()}
 
 
 def lesson_of(qid: str) -> str:

@@ -1,0 +1,169 @@
+"""The lesson manifest: the one list of the course's lessons.
+
+Each :class:`Lesson` names its notebook, exercise and solution (by number and slug), the
+questions its exercise asks, the library package it teaches, the test files that check
+it, its time, and the summary the README's lesson table shows. The README table
+(``python -m course_lib.lessons --readme``), the exercise generator, the release build,
+the grader's table of exercise notebooks and the tests all read this list; a test fails if a
+lesson file exists that it does not list, or the other way round. Adding a lesson is one
+entry here plus its files.
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Lesson:
+    number: str                  # "04": orders the lessons and prefixes every file name
+    slug: str                    # "gossip": the rest of the file name
+    title: str
+    time: str                    # "teaching / exercises", as the README shows it
+    package: str | None          # the course_lib package this lesson teaches (None: tools only)
+    questions: tuple[str, ...]   # exercise question ids, "ex04_1", ...; empty: no exercise
+    tests: tuple[str, ...]       # files in tests/ that check this lesson's library and notebook
+    summary: str                 # what you do, one paragraph (the README table's middle column)
+
+    @property
+    def notebook(self) -> str:
+        """File name of the lesson notebook (notebooks/), and of its exercise and solution."""
+        return f"{self.number}_{self.slug}.ipynb"
+
+    @property
+    def graded(self) -> bool:
+        return bool(self.questions)
+
+
+LESSONS = (
+    Lesson("00", "cluster_in_your_laptop", 'The cluster in your laptop',
+           time='35 / 25 min', package='runtime',
+           questions=('ex00_1', 'ex00_2', 'ex00_3'),
+           tests=('test_runtime.py', 'test_faults.py', 'test_p2p_mpi4py.py'),
+           summary=(
+               'probe your cores, start workers, shared arrays, send/recv, measure and fit latency + '
+               'bytes/bandwidth, emulated network, timelines')),
+    Lesson("01", "mapreduce_gd", 'MapReduce gradient descent, speedup and stragglers',
+           time='45 / 40 min', package='mapreduce',
+           questions=('ex01_1', 'ex01_2', 'ex01_3', 'ex01_4', 'ex01_5'),
+           tests=('test_mapreduce.py',),
+           summary=(
+               'the gradient as a sum over samples; server/worker MapReduce GD on shared-memory shards equals '
+               'single-process GD; words per iteration against the formula (sum / mean / collect); speedup '
+               'against the ideal and T(p) = T_compute/p + comm + sync under the effective-cores ceiling and '
+               "emulated latency; a straggler in the timeline; a killed worker's map re-executed; a killed "
+               'server resumed from a checkpoint')),
+    Lesson("02", "collectives", 'Collective communication, costed',
+           time='60 / 60 min', package='collectives',
+           questions=('ex02_1', 'ex02_2', 'ex02_3', 'ex02_4'),
+           tests=('test_collectives.py', 'test_syncbn.py'),
+           summary=(
+               "the MPI vocabulary with mpi4py's methods; step through who sends what to whom (barrier, bcast, "
+               'scatter/gather, allgather ring / recursive doubling / Bruck, reduce-scatter, allreduce tree / '
+               'ring / Rabenseifner) in a widget; bytes and messages equal the formulas exactly; alpha, beta, '
+               'gamma measured and the Thakur et al. (2005) model drawn over timings; the tree/ring crossover; '
+               'float16 on the wire halves the bytes; shared-memory allreduce; misuse caught with a named error; '
+               "groups (Split) and the seeds' ScatterGather; SyncBatchNorm by merging (count, mean, M2), and why "
+               'E[x^2]-E[x]^2 fails in float32')),
+    Lesson("03", "async_parameter_server", 'The asynchronous parameter server, staleness, and Hogwild!',
+           time='45 / 40 min', package='async_ps',
+           questions=('ex03_1', 'ex03_2', 'ex03_3', 'ex03_4'),
+           tests=('test_async_ps.py',),
+           summary=(
+               "an asynchronous parameter server on real processes: the staleness of every gradient, the seeds' "
+               'two fast workers and a slow one (histogram, gradients many versions late, loss jumps), sync vs '
+               'async against updates and wall time, remedies side by side (staleness-aware step, dropping, '
+               'backup workers with the wait mu (H_{N+b} - H_b)), a worker killed mid-run; Hogwild! lock-free vs '
+               'locked vs serial with Omega / Delta / rho and counted collisions')),
+    Lesson("04", "gossip", 'Decentralized learning, gossip and D-PSGD',
+           time='60 / 40 min', package='gossip',
+           questions=('ex04_1', 'ex04_2', 'ex04_3', 'ex04_4'),
+           tests=('test_gossip.py',),
+           summary=(
+               'peer-to-peer learning on networkx graphs: Metropolis-Hastings weights and their spectrum '
+               '(lambda_2, lambda_n, r = max(lambda_2, abs(lambda_n))), gossip on real node processes with Pipes '
+               'only along edges (error under r^t, equal to the matrix iteration), spectral gap against n (ring, '
+               'torus, hypercube, expander), a disconnected graph that never agrees, randomized pairwise gossip, '
+               "D-PSGD against a sync and an async server with bytes at the busiest node, the seeds' closing "
+               'table measured')),
+    Lesson("05", "parameter_server_internals", 'Inside the parameter server',
+           time='45 / 40 min', package='ps',
+           questions=('ex05_1', 'ex05_2', 'ex05_3', 'ex05_4'),
+           tests=('test_ps.py',),
+           summary=(
+               'inside the parameter server (Li et al., OSDI 2014): key ranges on a consistent-hashing ring, '
+               'sorted-key push/pull over several server processes, sparse logistic regression pulling only '
+               'touched keys, sequential / bounded-delay / eventual consistency with the SSP invariant checked, '
+               'significantly-modified and KKT filters, key caching and compression, vector clocks per range, a '
+               'server killed mid-training and its replica taking over, a server joining with replicas in two '
+               'phases (streamed pre-copy, then the changes made meanwhile) while training goes on, a dead '
+               "worker's data reassigned")),
+    Lesson("06", "model_and_pipeline_parallel", 'Beyond data parallelism: model (tensor) and pipeline parallelism',
+           time='45 / 40 min', package='model_parallel',
+           questions=('ex06_1', 'ex06_2', 'ex06_3', 'ex06_4', 'ex06_5'),
+           tests=('test_model_parallel.py',),
+           summary=(
+               'split a two-layer network by columns and rows over real processes (equal to serial; allgather / '
+               'reduce-scatter / allreduce bytes; memory per worker 1/p), factorise a matrix too large for one '
+               'worker with blocks owned by workers, GPipe and 1F1B pipelines with micro-batches: the bubble '
+               '(p-1)/(m+p-1) exact in steps and measured in timelines; data vs tensor vs pipeline from measured '
+               'runs')),
+    Lesson("07", "beyond_one_machine", 'Beyond one machine: the same code on MPI',
+           time='30 min / lab', package=None,
+           questions=(),
+           tests=('test_mpi.py', 'test_lesson07.py', 'test_shm_sync.py'),
+           summary=(
+               'run the same programs on MPI (`mpiexec`) with identical numbers and bytes, allreduce bandwidth '
+               'side by side (shared memory, ring over Pipes, `MPI_Allreduce`, memcpy), how a multi-host run is '
+               'launched and how it maps to `torch.distributed` / NCCL')),
+)
+
+BY_NUMBER = {lesson.number: lesson for lesson in LESSONS}
+TABLE_START = "| # | notebook | what you do | teaching / exercises |"
+TABLE_END = "<!-- lesson-table-end -->"
+
+
+def graded() -> list[Lesson]:
+    """The lessons with an exercise notebook (and a solution, hidden checks and a reference)."""
+    return [lesson for lesson in LESSONS if lesson.graded]
+
+
+def lesson(number: str) -> Lesson:
+    if number not in BY_NUMBER:
+        raise KeyError(f"no lesson {number!r}; lessons: {sorted(BY_NUMBER)}")
+    return BY_NUMBER[number]
+
+
+def readme_table() -> str:
+    """The README's lesson table, from this manifest."""
+    lines = [TABLE_START, "|---|---|---|---|"]
+    for x in LESSONS:
+        lines.append(f"| {x.number} | [`{x.notebook}`](notebooks/{x.notebook}) | {x.summary} | {x.time} |")
+    return "\n".join(lines) + "\n" + TABLE_END
+
+
+def with_readme_table(readme: str) -> str:
+    """``readme`` with its lesson table replaced by :func:`readme_table`."""
+    pattern = re.escape(TABLE_START) + r".*?" + re.escape(TABLE_END)
+    if not re.search(pattern, readme, flags=re.S):
+        raise ValueError("the README has no lesson table (a line starting with the header "
+                         f"{TABLE_START!r}, ending with {TABLE_END!r})")
+    return re.sub(pattern, lambda _: readme_table(), readme, count=1, flags=re.S)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--readme", metavar="PATH", help="rewrite the lesson table of this README")
+    args = parser.parse_args(argv)
+    if args.readme:
+        path = pathlib.Path(args.readme)
+        path.write_text(with_readme_table(path.read_text()))
+    else:
+        for x in LESSONS:
+            print(f"{x.number}  {x.title}  ({x.time}; questions: {', '.join(x.questions) or 'none'})")
+
+
+if __name__ == "__main__":
+    main()

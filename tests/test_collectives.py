@@ -111,7 +111,22 @@ def test_ring_allreduce_moves_exactly_2_p_minus_1_n_itemsize(p):
             assert np.array_equal(res[0], np.sum(xs, axis=0, dtype=dtype))
 
 
-@settings(max_examples=25, deadline=None)
+def assert_sum_close(got, xs, dtype) -> None:
+    """``got`` is the sum of the arrays ``xs`` up to rounding: exact for integers; for floats,
+    summing p terms in any order is off by at most (p - 1) eps sum|x_i| per element
+    (Higham 2002, section 4.2), so that is the tolerance, derived from the dtype and the count."""
+    dtype = np.dtype(dtype)
+    exact = np.sum(np.stack(xs).astype(np.float64 if dtype.kind == "f" else dtype), axis=0)
+    assert got.dtype == dtype and got.shape == exact.shape
+    if dtype.kind != "f":
+        assert np.array_equal(got, exact)
+        return
+    bound = max(len(xs) - 1, 1) * np.finfo(dtype).eps * np.sum(np.abs(np.stack(xs)).astype(np.float64), axis=0)
+    assert np.all(np.abs(got.astype(np.float64) - exact) <= bound), (got, exact, bound)
+
+
+# derandomize: the same examples on every run, so a commit passes or fails the same way each time
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(p=st.integers(1, 8), n=st.integers(0, 40), dtype=st.sampled_from(["float32", "float64", "int32", "int64"]),
        alg=st.sampled_from(sorted(ALGORITHMS["allreduce"])), seed=st.integers(0, 2**16))
 def test_sim_allreduce_property(p, n, dtype, alg, seed):
@@ -121,10 +136,11 @@ def test_sim_allreduce_property(p, n, dtype, alg, seed):
                     (MIN, lambda a: np.min(a, axis=0))):
         res, B, M = simulate(p, lambda t: ALGORITHMS["allreduce"][alg](t, xs[t.rank], op))
         want = ref(np.stack(xs)) if n else np.zeros(0, dtype)
-        tol = 1e-4 if dtype == "float32" else 1e-9
         for r in range(p):
-            assert res[r].dtype == np.dtype(dtype)
-            assert np.allclose(res[r], want, rtol=tol, atol=tol * 100)
+            if op is SUM:
+                assert_sum_close(res[r], xs, dtype)
+            else:                      # max and min are exact in any order
+                assert res[r].dtype == np.dtype(dtype) and np.array_equal(res[r], want)
         eb, em = costs.traffic("allreduce", alg, p, n, np.dtype(dtype).itemsize)
         assert np.array_equal(B.sum(axis=1), eb) and np.array_equal(M.sum(axis=1), em)
 
@@ -466,7 +482,8 @@ def test_shared_memory_allreduce_and_float16_halves_bytes(cluster5):
     assert set(cl.runtime.shm.list_segments()) - before == set()    # nothing leaked
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=3, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cases=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 30),
                                 st.sampled_from(["float32", "float64", "int64"]),
                                 st.sampled_from(sorted(ALGORITHMS["allreduce"])),
@@ -477,11 +494,10 @@ def test_real_processes_property(cluster5, cases):
     res = cluster5.run(_property_body, cases)
     for i, (p, n, dtype, alg, agalg) in enumerate(cases):
         xs = [_prop_data(r, n, dtype, i) for r in range(p)]
-        want = np.sum(np.stack(xs), axis=0)
         nbytes = [0] * p
         for r in range(p):
             got, gathered, nb = res[r][i]
-            assert np.allclose(got, want, rtol=1e-5) and got.dtype == np.dtype(dtype)
+            assert_sum_close(got, xs, dtype)
             assert _close(gathered, xs)
             nbytes[r] = nb
         eb, _ = costs.traffic("allreduce", alg, p, n, np.dtype(dtype).itemsize)

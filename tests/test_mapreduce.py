@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import course_lib as cl
-from course_lib.mapreduce import (CostModel, LeastSquares, Logistic, bytes_per_iteration, checkpoint,
+from course_lib.mapreduce import (SpeedupModel, LeastSquares, Logistic, bytes_per_iteration, checkpoint,
                                   fit_latency_bandwidth, gd_serial, make_least_squares, make_logistic,
                                   map_shard, mapreduce_gd, pin_blas, reduce_results, shard_ranges,
                                   words_per_iteration)
@@ -99,11 +99,11 @@ def test_words_formula_by_hand():
 
 
 def test_cost_model():
-    m = CostModel(t_compute=1.0, latency=0.01, bandwidth=8e6, n_params=1000)
+    m = SpeedupModel(t_compute=1.0, latency=0.01, bandwidth=8e6, n_params=1000)
     assert np.isclose(m.time(1), 1.0 + 0.02 + (8000 + 8008) / 8e6)
     s = m.speedup(np.arange(1, 9))
     assert np.all(np.diff(s) > 0) and np.all(s < np.arange(1, 9) + 1e-12)
-    ideal = CostModel(t_compute=1.0)
+    ideal = SpeedupModel(t_compute=1.0)
     assert np.allclose(ideal.speedup(np.arange(1, 5)), np.arange(1, 5))
     # a straggler 3x slower: the iteration takes 3x the compute share
     assert np.isclose(ideal.time(2, slowest=3.0), 1.5)
@@ -253,5 +253,5 @@ def test_bad_input(cluster5):
 
 
 def test_cost_model_core_ceiling():
-    m = CostModel(t_compute=1.0, cores=2.0)
+    m = SpeedupModel(t_compute=1.0, cores=2.0)
     assert np.allclose(m.speedup([1, 2, 3, 8]), [1, 2, 2, 2])

@@ -693,7 +693,7 @@ def test_stand_in_takes_the_def_and_what_it_uses(tmp_path, monkeypatch):
     import numpy as np
 
     from course_lib import standin
-    from course_lib.mapreduce import CostModel
+    from course_lib.mapreduce import SpeedupModel
 
     monkeypatch.setenv(standin.ENV, str(tmp_path))
     monkeypatch.setattr(standin, "RECHECK_S", 0.0)
@@ -724,7 +724,7 @@ def test_stand_in_takes_the_def_and_what_it_uses(tmp_path, monkeypatch):
                "    return 2 * latency + (float(p) * 8 * n_params + 8 * (n_params + 1)) / bandwidth\n"])
     monkeypatch.setattr("course_lib.mapreduce.cost.comm_time",
                         lambda *a: standin.call("ex01_4", "comm_time", a, ("p", "n_params", "latency", "bandwidth")))
-    model = CostModel(t_compute=1.0, latency=1e-3, bandwidth=1e6, n_params=10)
+    model = SpeedupModel(t_compute=1.0, latency=1e-3, bandwidth=1e6, n_params=10)
     got = model.communication(np.array([1, 2, 4]))
     assert got.shape == (3,) and np.allclose(got, [2e-3 + (8 * 10 * p + 88) / 1e6 for p in (1, 2, 4)])
 

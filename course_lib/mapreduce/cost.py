@@ -60,8 +60,11 @@ def bytes_per_iteration(n_workers: int, n_params: int, reduce: str = "sum", n_sa
 
 
 @dataclass
-class CostModel:
+class SpeedupModel:
     """T(p) = T_compute / p + communication(p) + sync(p); all times in seconds.
+
+    The speedup of one MapReduce iteration on p workers (lesson 01). Not to be confused with
+    :class:`course_lib.costs.CostModel`, the alpha-beta-gamma model of one collective (lesson 02).
 
     t_compute: time of the whole map (all N rows) on one worker, per iteration.
     latency, bandwidth: of one message (lesson 00's fit); overhead: software cost per message.

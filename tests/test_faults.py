@@ -332,7 +332,8 @@ def test_returning_a_worker_made_shared_array_says_what_to_do_and_leaks_nothing(
         with pytest.raises(WorkerError) as info:
             c.run(make_and_return_shared)
         err = info.value
-        assert err.rank == 0 and err.exc_type == "SharedArrayOwnershipError"
+        # both ranks return one; whichever is reported first is named (the other may come later)
+        assert err.rank in (0, 1) and err.exc_type == "SharedArrayOwnershipError"
         assert "cluster.share" in str(err) and "copy()" in str(err)
         # the parent's own shared array, handed back, is the same readable memory
         sa = c.share(np.arange(3.0))

@@ -28,7 +28,7 @@ from typing import Iterable, List, Optional, Tuple
 
 from .grading.registry import DEFAULT_HIDDEN_DIR, load_lesson
 from .grading.report import write_feedback, write_gradescope, write_scores
-from .grading.sandbox import Limits, grade_notebook, sandbox_status
+from .grading.sandbox import CELL_TIMEOUT, MEMORY_MB, Limits, grade_notebook, sandbox_status
 
 _QID_IN_TEXT = re.compile(r"\bex(\d{2})_\d+\b")
 
@@ -201,8 +201,10 @@ def main(argv=None) -> int:
                    help="folder of instructor checks exNN.py (default: tests/hidden)")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds per question (default: each question's own, at most 20)")
-    p.add_argument("--cell-timeout", type=float, default=20.0, help="seconds per notebook cell (default 20)")
-    p.add_argument("--memory-mb", type=int, default=2048, help="memory limit per process in MiB (0: none)")
+    p.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT,
+                   help=f"seconds per notebook cell (default {CELL_TIMEOUT:g})")
+    p.add_argument("--memory-mb", type=int, default=MEMORY_MB,
+                   help=f"memory limit per process in MiB (default {MEMORY_MB}; 0: none)")
     p.add_argument("--jobs", type=int, default=None, help="submissions graded at once (default: one per core)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lesson", default=None, help="force the lesson number, e.g. 00")

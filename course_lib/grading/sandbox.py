@@ -55,6 +55,8 @@ from .student import (KernelLost, NotPlainData, Observed, StudentCode, StudentEr
                       student_label, to_plain_args)
 
 GRACE = 3.0             # seconds past a limit before the grader kills the sandbox
+MEMORY_MB = 2048        # default address-space limit per sandboxed process, MiB
+CELL_TIMEOUT = 20.0     # default seconds per notebook cell
 STARTUP_LIMIT = 60.0    # seconds for the kernel to start (imports)
 OUTPUT_CAP = 32 * 1024  # bytes of the notebook's output kept (head and tail each)
 MAX_ATTEMPTS = 8        # fresh sandboxes per submission
@@ -63,9 +65,9 @@ TMPFS_BYTES = 512 * 1024 * 1024
 
 @dataclass
 class Limits:
-    cell_timeout: float = 20.0           # per code cell
+    cell_timeout: float = CELL_TIMEOUT   # per code cell
     timeout: Optional[float] = None      # per question; None: each question's own (at most 20 s)
-    memory_mb: Optional[int] = 2048      # address-space limit per process; None: no limit
+    memory_mb: Optional[int] = MEMORY_MB  # address-space limit per process; None: no limit
     total_timeout: float = 600.0         # per submission, all attempts together
 
 

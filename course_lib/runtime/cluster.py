@@ -41,6 +41,7 @@ from multiprocessing.connection import wait as wait_for
 import cloudpickle
 
 from . import shm
+from .constants import RUN_TIMEOUT_S, WIRE_UP_TIMEOUT_S
 from .control import (BarrierArrived, BarrierRelease, DropSegments, Listening, Progress, RunDone, RunFailed,
                       StartFailed, StartRun, Stop, Wired, WireUp)
 from .faults import as_fault, check_rank_map, check_slow
@@ -247,7 +248,7 @@ class Cluster:
     """
 
     def __init__(self, n_workers: int, start_method: str | None = None, graph=None, network: Network | None = None,
-                 slow=None, faults=None, timeout: float | None = 120.0, on_failure: str = "raise",
+                 slow=None, faults=None, timeout: float | None = RUN_TIMEOUT_S, on_failure: str = "raise",
                  log_level=logging.INFO, trace: bool = True):
         self.n_workers = _check_n_workers(n_workers)
         self.start_method = _check_start_method(start_method)
@@ -307,7 +308,7 @@ class Cluster:
             for rank in range(self.n_workers):
                 with _interrupts_deferred():
                     self._launch(rank)
-            self._wire_mesh(deadline=time.perf_counter() + 60)
+            self._wire_mesh(deadline=time.perf_counter() + WIRE_UP_TIMEOUT_S)
         except BaseException as exc:
             with _interrupts_deferred():
                 self._stop_workers(self._procs, self._conns, graceful=False)

@@ -20,4 +20,12 @@ from .block_mf import mf_serial, mf_worker, mf_bytes_per_worker, mf_full_bytes
 from .strategies import data_parallel_step
 from .group import FirstRanks, run_on
 
-__all__ = [n for n in dir() if not n.startswith("_")]
+__all__ = [
+    'FirstRanks', 'SCHEDULES', 'allgather_bytes', 'allreduce_bytes', 'assemble_grads',
+    'assemble_pipeline_grads', 'backward', 'bubble_formula', 'column_parallel_backward',
+    'column_parallel_forward', 'data_parallel_step', 'deep_forward_backward', 'forward', 'init_deep',
+    'init_mlp', 'loss', 'make_data', 'measured_bubble', 'mf_bytes_per_worker', 'mf_full_bytes', 'mf_serial',
+    'mf_worker', 'param_bytes', 'pipeline_step', 'reduce_scatter_bytes', 'ring_allgather', 'ring_allreduce',
+    'ring_reduce_scatter', 'row_parallel_backward', 'row_parallel_forward', 'run_on', 'shard_mlp', 'simulate',
+    'split_ranges', 'stage_layers', 'stage_ops', 'tp_mlp_step', 'tp_param_bytes', 'tp_step_bytes',
+]

@@ -148,7 +148,6 @@ def serve(comm, cfg: PSConfig) -> dict:
     me, S, W = comm.rank, cfg.n_servers, cfg.n_workers
     check_config(cfg)
     rings = cfg.rings()
-    ring = rings[0]
     store = np.zeros((cfg.n_keys, cfg.val_len))
     clocks = np.zeros(W)                  # latest clock heard from each worker (INF once done)
     dead: set = set()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .consistency import INF, ssp_violations
+from .consistency import ssp_violations
 from .filters import kkt_filter, significantly_modified
 from .node import PSConfig, gather_store, ps_node
 

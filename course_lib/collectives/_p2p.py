@@ -99,6 +99,15 @@ class TrafficCount:
         return self.bytes, self.messages
 
 
+def non_roots_send_once(p, n, itemsize, root, ndim):
+    """Traffic of flat gather and of reduce: every rank but the root sends its n elements once."""
+    count = TrafficCount(p, itemsize)
+    for r in range(p):
+        if r != root:
+            count.add(r, n)
+    return count.result()
+
+
 def binomial_children(vr: int, p: int) -> list[int]:
     """Children of relative rank vr in the binomial tree of bcast and scatter (largest first)."""
     if vr == 0:

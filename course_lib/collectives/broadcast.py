@@ -17,8 +17,8 @@ import pickle
 import numpy as np
 
 from ..runtime.registry import Algorithm
-from ._p2p import (TrafficCount, binomial_children, ceil_log2, chunk_bounds, chunk_sizes, is_array, pack_blocks,
-                   unpack_blocks)
+from ._p2p import (TrafficCount, binomial_children, ceil_log2, chunk_bounds, chunk_sizes, is_array,
+                   non_roots_send_once, pack_blocks, unpack_blocks)
 
 
 def _lowbit(v: int, p: int) -> int:
@@ -262,14 +262,6 @@ def _scatter_binomial_traffic(p, n, itemsize, root, ndim):   # an array of p row
     return count.result()
 
 
-def _gather_flat_traffic(p, n, itemsize, root, ndim):
-    count = TrafficCount(p, itemsize)
-    for r in range(p):
-        if r != root:
-            count.add(r, n)
-    return count.result()
-
-
 def _gather_binomial_traffic(p, n, itemsize, root, ndim):
     count = TrafficCount(p, itemsize)
     for r in range(p):
@@ -303,7 +295,7 @@ ROWS = [
     Algorithm("scatter", "binomial", scatter_binomial, "lg p alpha + (p-1)/p n beta",
               seconds=_tree_seconds, rounds=ceil_log2, traffic=_scatter_binomial_traffic),
     Algorithm("gather", "flat", gather_flat, "(p-1) alpha + (p-1)/p n beta",
-              seconds=_flat_seconds, traffic=_gather_flat_traffic),
+              seconds=_flat_seconds, traffic=non_roots_send_once),
     Algorithm("gather", "binomial", gather_binomial, "lg p alpha + (p-1)/p n beta",
               seconds=_tree_seconds, traffic=_gather_binomial_traffic),
 ]

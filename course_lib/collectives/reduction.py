@@ -26,7 +26,7 @@ import numpy as np
 
 from ..runtime.registry import Algorithm
 from ._p2p import (TrafficCount, binomial_children, ceil_log2, chunk_bounds, chunk_sizes, fold_roles, folded_rounds,
-                   halving_ranges, is_array)
+                   halving_ranges, is_array, non_roots_send_once)
 from .broadcast import bcast_binomial
 
 
@@ -244,14 +244,6 @@ def scan_recursive_doubling(t, obj, op, exclusive=False):
 
 
 # -- cost rows (n: the vector of each rank) ----------------------------------------------------------
-def _non_roots_send_once(p, n, itemsize, root, ndim):
-    count = TrafficCount(p, itemsize)
-    for r in range(p):
-        if r != root:
-            count.add(r, n)
-    return count.result()
-
-
 def _rs_ring_traffic(p, n, itemsize, root, ndim):
     count, c = TrafficCount(p, itemsize), chunk_sizes(n, p)
     for r in range(p):
@@ -360,9 +352,9 @@ def _F(p):
 
 ROWS = [
     Algorithm("reduce", "binomial", reduce_binomial, "lg p (alpha + n beta + n gamma)",
-              seconds=lambda p, n, a, b, c: ceil_log2(p) * (a + n * b + n * c), traffic=_non_roots_send_once),
+              seconds=lambda p, n, a, b, c: ceil_log2(p) * (a + n * b + n * c), traffic=non_roots_send_once),
     Algorithm("reduce", "flat", reduce_flat, "(p-1)(alpha + n beta + n gamma)",
-              seconds=lambda p, n, a, b, c: (p - 1) * (a + n * b + n * c), traffic=_non_roots_send_once),
+              seconds=lambda p, n, a, b, c: (p - 1) * (a + n * b + n * c), traffic=non_roots_send_once),
     Algorithm("reduce_scatter", "ring", rs_ring, "(p-1) alpha + (p-1)/p n (beta + gamma)",
               seconds=lambda p, n, a, b, c: (p - 1) * a + _F(p) * n * (b + c),
               rounds=lambda p: p - 1, traffic=_rs_ring_traffic),

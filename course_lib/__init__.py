@@ -7,11 +7,38 @@ Start here::
         res = cluster.run(lambda comm: comm.rank)
     res, res.stats, res.timeline
 """
-from .runtime import (ANY_SOURCE, ANY_TAG, MAX, MAXLOC, MEAN, MIN, MINLOC, PROD, SUM, Cluster, Comm, Event, Fault,
-                      InjectedFault, Network, Op, PeerLost, Request, RunResult, SharedArray, Stats, Status, Timeline,
-                      WorkerError, WorkerTimeout, default_start_method)
-from .runtime import MPI, PROC_NULL, UNDEFINED
 from . import collectives  # noqa: F401  (registers lesson 02's algorithms with the runtime)
+from .runtime import (
+    ANY_SOURCE,
+    ANY_TAG,
+    MAX,
+    MAXLOC,
+    MEAN,
+    MIN,
+    MINLOC,
+    MPI,
+    PROC_NULL,
+    PROD,
+    SUM,
+    UNDEFINED,
+    Cluster,
+    Comm,
+    Event,
+    Fault,
+    InjectedFault,
+    Network,
+    Op,
+    PeerLost,
+    Request,
+    RunResult,
+    SharedArray,
+    Stats,
+    Status,
+    Timeline,
+    WorkerError,
+    WorkerTimeout,
+    default_start_method,
+)
 
 
 def check(question_id: str, namespace: dict | None = None):

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .runtime.ops import Op
 from .reference.ex02 import merge_stats  # question ex02_3: Chan et al. (1979)
+from .runtime.ops import Op
 
 __all__ = ["local_stats", "merge_stats", "merge_all", "naive_stats", "sync_stats", "batch_norm",
            "SyncBatchNorm", "MERGE"]

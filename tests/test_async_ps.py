@@ -13,11 +13,26 @@ import numpy as np
 import pytest
 
 from course_lib import Fault
-from course_lib.async_ps import (ServerState, apply_update, expected_backup_wait, harmonic,
-                                 hogwild_worker, locked_worker, make_least_squares,
-                                 make_sparse_problem, run_hogwild, run_serial, sample_order,
-                                 serial_sgd, serial_sparse_sgd, simulate_backup_wait,
-                                 sparse_loss, sparsity_stats, staleness_aware_lr, train_async)
+from course_lib.async_ps import (
+    ServerState,
+    apply_update,
+    expected_backup_wait,
+    harmonic,
+    hogwild_worker,
+    locked_worker,
+    make_least_squares,
+    make_sparse_problem,
+    run_hogwild,
+    run_serial,
+    sample_order,
+    serial_sgd,
+    serial_sparse_sgd,
+    simulate_backup_wait,
+    sparse_loss,
+    sparsity_stats,
+    staleness_aware_lr,
+    train_async,
+)
 
 
 @pytest.fixture(scope="module")

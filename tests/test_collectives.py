@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import course_lib as cl
 from course_lib import costs
-from course_lib.collectives import ALGORITHMS, CollectiveMismatch, Group, chunk_sizes, classify_scatter_gather
+from course_lib.collectives import ALGORITHMS, Group, chunk_sizes, classify_scatter_gather
 from course_lib.collectives.sim import simulate
 from course_lib.runtime.ops import MAX, MAXLOC, MEAN, MIN, MINLOC, PROD, SUM, Op
 

@@ -73,12 +73,17 @@ def test_metropolis_hastings_is_valid(name, n):
 def test_check_mixing_matrix_rejects_bad_matrices():
     G = gs.ring(5)
     W = mh(G)
-    bad = W.copy(); bad[0, 1] += 0.1; bad[0, 0] -= 0.1
+    bad = W.copy()
+    bad[0, 1] += 0.1
+    bad[0, 0] -= 0.1
     with pytest.raises(ValueError, match="symmetric"):
         gs.check_mixing_matrix(bad, G)
     with pytest.raises(ValueError, match="sum to 1"):
         gs.check_mixing_matrix(W * 1.01, G)
-    off = W.copy(); off[0, 2] = off[2, 0] = 0.1; off[0, 0] -= 0.1; off[2, 2] -= 0.1
+    off = W.copy()
+    off[0, 2] = off[2, 0] = 0.1
+    off[0, 0] -= 0.1
+    off[2, 2] -= 0.1
     with pytest.raises(ValueError, match="not an edge"):
         gs.check_mixing_matrix(off, G)
     with pytest.raises(ValueError, match="square"):
@@ -90,7 +95,8 @@ def test_graph_validation_messages():
         mh(nx.DiGraph([(0, 1)]))
     with pytest.raises(ValueError, match="0..2"):
         mh(nx.Graph([("a", "b"), ("b", "c")]))
-    G = gs.ring(4); G.add_edge(1, 1)
+    G = gs.ring(4)
+    G.add_edge(1, 1)
     with pytest.raises(ValueError, match="self-loops"):
         mh(G)
     with pytest.raises(ValueError, match="power of 2"):

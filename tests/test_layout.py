@@ -88,8 +88,7 @@ def test_the_graph_sees_lazy_imports():
 
 
 def test_public_names_keep_working():
-    from course_lib import (ANY_SOURCE, ANY_TAG, SUM, Cluster, Comm, Network,  # noqa: F401
-                            SharedArray, Status, WorkerError)
+    from course_lib import ANY_SOURCE, ANY_TAG, SUM, Cluster, Comm, Network, SharedArray, Status, WorkerError  # noqa: F401
     from course_lib.collectives import ALGORITHMS
     from course_lib.runtime import registry
 

@@ -5,10 +5,23 @@ import numpy as np
 import pytest
 
 import course_lib as cl
-from course_lib.mapreduce import (SpeedupModel, LeastSquares, Logistic, bytes_per_iteration, checkpoint,
-                                  fit_latency_bandwidth, gd_serial, make_least_squares, make_logistic,
-                                  map_shard, mapreduce_gd, pin_blas, reduce_results, shard_ranges,
-                                  words_per_iteration)
+from course_lib.mapreduce import (
+    LeastSquares,
+    Logistic,
+    SpeedupModel,
+    bytes_per_iteration,
+    checkpoint,
+    fit_latency_bandwidth,
+    gd_serial,
+    make_least_squares,
+    make_logistic,
+    map_shard,
+    mapreduce_gd,
+    pin_blas,
+    reduce_results,
+    shard_ranges,
+    words_per_iteration,
+)
 
 PROBLEMS = {"least_squares": LeastSquares(), "logistic": Logistic()}
 

@@ -181,6 +181,7 @@ def test_schedule_and_timeline_plots_draw():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     from course_lib.model_parallel.plots import plot_schedule, plot_timeline
     from course_lib.runtime.trace import Event
     sim = mp.simulate("1f1b", 3, 4)

@@ -5,9 +5,27 @@ import numpy as np
 import pytest
 
 from course_lib import Cluster, Fault
-from course_lib.ps import (INF, BadRequest, HashRing, PSConfig, RangeClock, check_request, gather_store,
-                           keys_moved, kkt_filter, logloss, make_ctr, merge_clocks, modulo_owner, ps_node,
-                           replay, ring_lookup, significantly_modified, slice_request, train)
+from course_lib.ps import (
+    INF,
+    BadRequest,
+    HashRing,
+    PSConfig,
+    RangeClock,
+    check_request,
+    gather_store,
+    keys_moved,
+    kkt_filter,
+    logloss,
+    make_ctr,
+    merge_clocks,
+    modulo_owner,
+    ps_node,
+    replay,
+    ring_lookup,
+    significantly_modified,
+    slice_request,
+    train,
+)
 from course_lib.ps.join import JoinSide, moving_keys
 
 

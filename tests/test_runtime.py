@@ -12,11 +12,10 @@ import time
 import networkx as nx
 import numpy as np
 import pytest
-
-from course_lib import (ANY_SOURCE, Cluster, Fault, Network, PeerLost, SharedArray, Status, WorkerError,
-                        WorkerTimeout)
-from course_lib.runtime import shm
 from runtime_checks import assert_clean
+
+from course_lib import ANY_SOURCE, Cluster, Fault, Network, PeerLost, SharedArray, Status, WorkerError, WorkerTimeout
+from course_lib.runtime import shm
 
 METHODS = ["fork", "spawn", "forkserver"]
 
@@ -386,6 +385,7 @@ if __name__ == "__main__":
     time.sleep(60)
 """)
     import subprocess
+
     import psutil
 
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import course_lib as cl
-from course_lib.collectives.sim import simulate
 from course_lib.collectives import ALGORITHMS
+from course_lib.collectives.sim import simulate
 from course_lib.syncbn import MERGE, SyncBatchNorm, batch_norm, local_stats, merge_all, merge_stats, naive_stats
 
 

@@ -10,18 +10,27 @@ The functions the exercises ask for (the apply step, the staleness-aware step si
 worker loop, the backup-worker wait) live in :mod:`course_lib.reference.ex03`; this package
 imports them from there and keeps their names.
 """
-from .experiment import PSResult, train_async
-from .hogwild import (HogwildResult, collisions, hogwild_worker, locked_worker, run_hogwild, run_serial,
-                      timed_worker)
-from .problems import (SparseProblem, batch_gradient, loss, make_least_squares, make_sparse_problem,
-                       optimal_loss, sample_order, serial_sgd, serial_sparse_sgd, shards, sparse_loss,
-                       sparsity_stats)
-from .server import (POLICIES, Record, ServerState, apply_update, constant_lr, run_ps,
-                     staleness_aware_lr)
-from .theory import expected_backup_wait, harmonic, simulate_backup_wait
-
 # Lesson 01's full gradient (question ex01_1), under the name this package used to give it.
 from course_lib.reference.ex01 import full_gradient as gradient
+
+from .experiment import PSResult, train_async
+from .hogwild import HogwildResult, collisions, hogwild_worker, locked_worker, run_hogwild, run_serial, timed_worker
+from .problems import (
+                      SparseProblem,
+                      batch_gradient,
+                      loss,
+                      make_least_squares,
+                      make_sparse_problem,
+                      optimal_loss,
+                      sample_order,
+                      serial_sgd,
+                      serial_sparse_sgd,
+                      shards,
+                      sparse_loss,
+                      sparsity_stats,
+)
+from .server import POLICIES, Record, ServerState, apply_update, constant_lr, run_ps, staleness_aware_lr
+from .theory import expected_backup_wait, harmonic, simulate_backup_wait
 
 __all__ = [
     "PSResult", "train_async", "HogwildResult", "collisions", "timed_worker", "hogwild_worker", "locked_worker",

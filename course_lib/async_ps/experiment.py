@@ -5,7 +5,6 @@ import contextlib
 from dataclasses import dataclass
 
 import networkx as nx
-
 import numpy as np
 
 from .server import POLICIES, apply_update, run_ps

@@ -21,7 +21,9 @@ from . import allgather, alltoall, barrier, broadcast, reduction, shmem
 from ._p2p import CollectiveMismatch, chunk_bounds, chunk_sizes, fold_roles
 from .scatter_gather import classify as classify_scatter_gather
 from .scatter_gather import scatter_gather
-from .scatter_gather import scatter_gather as ScatterGather  # the seeds' name: ScatterGather(comm, data, src, dst, unit, total)
+from .scatter_gather import (
+    scatter_gather as ScatterGather,  # the seeds' name: ScatterGather(comm, data, src, dst, unit, total)
+)
 
 # Every algorithm of this lesson is a row (function, time formula, rounds, exact traffic) that the
 # runtime's communicators and the cost model (course_lib.costs) read alike.

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 from ..runtime.collective_api import CollectiveMismatch, is_array  # noqa: F401 (the runtime's, re-used)
 
 

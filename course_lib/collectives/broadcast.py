@@ -17,8 +17,17 @@ import pickle
 import numpy as np
 
 from ..runtime.registry import Algorithm
-from ._p2p import (TrafficCount, binomial_children, ceil_log2, chunk_bounds, chunk_sizes, is_array,
-                   non_roots_send_once, pack_blocks, unpack_blocks)
+from ._p2p import (
+    TrafficCount,
+    binomial_children,
+    ceil_log2,
+    chunk_bounds,
+    chunk_sizes,
+    is_array,
+    non_roots_send_once,
+    pack_blocks,
+    unpack_blocks,
+)
 
 
 def _lowbit(v: int, p: int) -> int:

@@ -25,8 +25,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime.registry import Algorithm
-from ._p2p import (TrafficCount, binomial_children, ceil_log2, chunk_bounds, chunk_sizes, fold_roles, folded_rounds,
-                   halving_ranges, is_array, non_roots_send_once)
+from ._p2p import (
+    TrafficCount,
+    binomial_children,
+    ceil_log2,
+    chunk_bounds,
+    chunk_sizes,
+    fold_roles,
+    folded_rounds,
+    halving_ranges,
+    is_array,
+    non_roots_send_once,
+)
 from .broadcast import bcast_binomial
 
 
@@ -341,7 +351,7 @@ def _folded(pow2_seconds, folded_seconds):
 
 
 def _ring_allreduce_seconds(p, n, a, b, c):
-    from course_lib.reference.ex02 import ring_allreduce_time   # question ex02_4
+    from course_lib.reference.ex02 import ring_allreduce_time  # question ex02_4
     return float(ring_allreduce_time(p, n, a, b, c))
 
 

@@ -8,19 +8,18 @@
 * :mod:`.workers`: the functions each node process runs.
 * :mod:`.run`: drivers that start a ``Cluster(n, graph=G)`` and collect trajectories.
 """
-from .topologies import *  # noqa: F401,F403
-from .topologies import __all__ as _t
-from .mixing import *  # noqa: F401,F403
-from .mixing import __all__ as _m
+from . import workers  # noqa: F401  (the notebook shows their source)
 from .consensus import *  # noqa: F401,F403
 from .consensus import __all__ as _c
 from .dpsgd import *  # noqa: F401,F403
 from .dpsgd import __all__ as _d
-
-from .workers import *  # noqa: F401,F403
-from .workers import __all__ as _w
+from .mixing import *  # noqa: F401,F403
+from .mixing import __all__ as _m
 from .run import *  # noqa: F401,F403
 from .run import __all__ as _r
-from . import workers  # noqa: F401  (the notebook shows their source)
+from .topologies import *  # noqa: F401,F403
+from .topologies import __all__ as _t
+from .workers import *  # noqa: F401,F403
+from .workers import __all__ as _w
 
 __all__ = [*_t, *_m, *_c, *_d, *_w, *_r]

@@ -51,8 +51,16 @@ from . import channel
 from .checking import QuestionResult, run_question
 from .plain import PlainDataError
 from .registry import Question
-from .student import (KernelLost, NotPlainData, Observed, StudentCode, StudentError, StudentFunction,
-                      student_label, to_plain_args)
+from .student import (
+    KernelLost,
+    NotPlainData,
+    Observed,
+    StudentCode,
+    StudentError,
+    StudentFunction,
+    student_label,
+    to_plain_args,
+)
 
 GRACE = 3.0             # seconds past a limit before the grader kills the sandbox
 MEMORY_MB = 2048        # default address-space limit per sandboxed process, MiB

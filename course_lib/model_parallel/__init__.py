@@ -8,17 +8,40 @@
 * :mod:`.strategies` data parallelism on the same network, for the comparison table
 * :mod:`.group`      run a p-worker program on the first p workers of a bigger cluster
 """
-from .mlp import init_mlp, make_data, forward, backward, loss, init_deep, deep_forward_backward, param_bytes
-from .exchange import (ring_allgather, ring_reduce_scatter, ring_allreduce,
-                       allgather_bytes, reduce_scatter_bytes, allreduce_bytes)
-from .tensor import (split_ranges, shard_mlp, column_parallel_forward, row_parallel_forward,
-                     row_parallel_backward, column_parallel_backward, tp_mlp_step, assemble_grads,
-                     tp_param_bytes, tp_step_bytes)
-from .pipeline import (SCHEDULES, stage_ops, simulate, bubble_formula, measured_bubble,
-                       stage_layers, pipeline_step, assemble_pipeline_grads)
-from .block_mf import mf_serial, mf_worker, mf_bytes_per_worker, mf_full_bytes
-from .strategies import data_parallel_step
+from .block_mf import mf_bytes_per_worker, mf_full_bytes, mf_serial, mf_worker
+from .exchange import (
+                       allgather_bytes,
+                       allreduce_bytes,
+                       reduce_scatter_bytes,
+                       ring_allgather,
+                       ring_allreduce,
+                       ring_reduce_scatter,
+)
 from .group import FirstRanks, run_on
+from .mlp import backward, deep_forward_backward, forward, init_deep, init_mlp, loss, make_data, param_bytes
+from .pipeline import (
+                       SCHEDULES,
+                       assemble_pipeline_grads,
+                       bubble_formula,
+                       measured_bubble,
+                       pipeline_step,
+                       simulate,
+                       stage_layers,
+                       stage_ops,
+)
+from .strategies import data_parallel_step
+from .tensor import (
+                       assemble_grads,
+                       column_parallel_backward,
+                       column_parallel_forward,
+                       row_parallel_backward,
+                       row_parallel_forward,
+                       shard_mlp,
+                       split_ranges,
+                       tp_mlp_step,
+                       tp_param_bytes,
+                       tp_step_bytes,
+)
 
 __all__ = [
     'FirstRanks', 'SCHEDULES', 'allgather_bytes', 'allreduce_bytes', 'assemble_grads',

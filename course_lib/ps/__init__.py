@@ -14,16 +14,15 @@ from .consistency import INF, may_read, model_name, ssp_violations
 from .filters import kkt_filter, significantly_modified, soft_threshold
 from .keys import BadRequest, check_request, request_nbytes, slice_request
 from .node import KVWorker, PSConfig, gather_store, ps_node, serve
-from .scheduler import schedule
 from .ring import HashRing, arc_of, keys_moved, modulo_owner, ring_lookup
+from .scheduler import schedule
 from .vclock import RangeClock, merge_clocks
 
 __all__ = ["INF", "may_read", "model_name", "ssp_violations", "kkt_filter", "significantly_modified",
            "soft_threshold", "BadRequest", "check_request", "request_nbytes", "slice_request", "KVWorker",
            "PSConfig", "gather_store", "ps_node", "serve", "HashRing", "arc_of", "keys_moved",
            "modulo_owner", "ring_lookup", "RangeClock", "merge_clocks", "schedule"]
-from .workload import (CTRData, RunSummary, logloss, lr_worker, make_ctr, minibatch_grad, replay, sequential_lr,
-                       train)
+from .workload import CTRData, RunSummary, logloss, lr_worker, make_ctr, minibatch_grad, replay, sequential_lr, train
 
 __all__ += ["CTRData", "RunSummary", "logloss", "lr_worker", "make_ctr", "minibatch_grad", "replay", "sequential_lr",
             "train"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 
-
 from course_lib.reference.ex05 import may_read  # noqa: F401  (question ex05_2)
 
 INF = math.inf

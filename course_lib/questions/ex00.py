@@ -8,8 +8,16 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import (as_number, as_sequence, assert_unchanged, call_keeping_inputs, num, readable,
-                                  same, shown)
+from course_lib.questions import (
+    as_number,
+    as_sequence,
+    assert_unchanged,
+    call_keeping_inputs,
+    num,
+    readable,
+    same,
+    shown,
+)
 
 CHECK_TIMEOUT = 6.0  # seconds a check's cluster run may take (these runs take well under one)
 

@@ -9,8 +9,17 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import (as_array, as_number, as_sequence, assert_unchanged, call_keeping_inputs, num,
-                                  readable, shown, worst)
+from course_lib.questions import (
+    as_array,
+    as_number,
+    as_sequence,
+    assert_unchanged,
+    call_keeping_inputs,
+    num,
+    readable,
+    shown,
+    worst,
+)
 
 CHECK_TIMEOUT = 6.0     # seconds a check's cluster run may take
 DEADLOCK_TIMEOUT = 4.0  # a run that moves 800 kB on two workers takes well under a second

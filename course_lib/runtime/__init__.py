@@ -9,10 +9,10 @@ reduction operators; ``mpi_backend`` the same communicator on a real MPI job.
 
 Nothing here imports a lesson (``tests/test_layout.py`` checks the import graph).
 """
+from . import mpi_names as MPI
 from .cluster import Cluster, RunResult, WorkerError, WorkerTimeout, default_start_method
 from .comm import ANY_SOURCE, ANY_TAG, Comm, PeerLost, Request, Status
 from .constants import PROC_NULL, UNDEFINED
-from . import mpi_names as MPI
 from .faults import Fault, InjectedFault
 from .netem import Network
 from .ops import MAX, MAXLOC, MEAN, MIN, MINLOC, PROD, SUM, Op

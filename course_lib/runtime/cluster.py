@@ -42,8 +42,20 @@ import cloudpickle
 
 from . import shm
 from .constants import RUN_TIMEOUT_S, WIRE_UP_TIMEOUT_S
-from .control import (BarrierArrived, BarrierRelease, DropSegments, Listening, Progress, RunDone, RunFailed,
-                      StartFailed, StartRun, Stop, Wired, WireUp)
+from .control import (
+    BarrierArrived,
+    BarrierRelease,
+    DropSegments,
+    Listening,
+    Progress,
+    RunDone,
+    RunFailed,
+    StartFailed,
+    StartRun,
+    Stop,
+    Wired,
+    WireUp,
+)
 from .faults import as_fault, check_rank_map, check_slow
 from .logs import LogRouter
 from .netem import Network

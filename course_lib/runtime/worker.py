@@ -20,7 +20,7 @@ import cloudpickle
 
 from . import shm
 from .comm import Comm
-from .control import DropSegments, Listening, RunDone, RunFailed, StartFailed, StartRun, Stop, WireUp, Wired
+from .control import DropSegments, Listening, RunDone, RunFailed, StartFailed, StartRun, Stop, Wired, WireUp
 from .logs import setup_worker_logging
 
 

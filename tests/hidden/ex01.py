@@ -3,8 +3,14 @@ import numpy as np
 
 from course_lib.grading import hidden_check
 from course_lib.mapreduce import make_least_squares
-from course_lib.questions.ex01 import (assert_comm_time, assert_full_gradient, assert_map, assert_reduce_update,
-                                       assert_speedup_table, shard_ranges)
+from course_lib.questions.ex01 import (
+    assert_comm_time,
+    assert_full_gradient,
+    assert_map,
+    assert_reduce_update,
+    assert_speedup_table,
+    shard_ranges,
+)
 from course_lib.reference.ex01 import comm_time, full_gradient, map_gradient, reduce_update, speedup_table
 
 

@@ -2,7 +2,14 @@
 import numpy as np
 
 from course_lib.grading import hidden_check
-from course_lib.questions.ex02 import assert_merge, assert_rd_allgather, assert_ring_allreduce, assert_time, merged, summary
+from course_lib.questions.ex02 import (
+    assert_merge,
+    assert_rd_allgather,
+    assert_ring_allreduce,
+    assert_time,
+    merged,
+    summary,
+)
 from course_lib.reference.ex02 import ring_allreduce_time
 
 

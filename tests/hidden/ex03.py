@@ -3,10 +3,18 @@ import numpy as np
 
 from course_lib.async_ps import ServerState, make_least_squares, make_sparse_problem, run_serial, sample_order
 from course_lib.grading import hidden_check
+from course_lib.questions.ex03 import (
+    STEPS,
+    assert_applies,
+    assert_hogwild_support,
+    check_expected_wait,
+    check_hogwild_processes,
+    check_lr_values,
+    run_time_per_update,
+    run_train_async,
+    time_per_update,
+)
 from course_lib.reference.ex03 import apply_update, expected_wait, hogwild_worker, staleness_aware_lr
-from course_lib.questions.ex03 import (STEPS, assert_applies, assert_hogwild_support, check_expected_wait,
-                                       check_hogwild_processes, check_lr_values, run_time_per_update,
-                                       run_train_async, time_per_update)
 
 
 def reference_snapshots(w, lr, version, calls):

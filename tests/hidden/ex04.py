@@ -3,8 +3,8 @@ import networkx as nx
 import numpy as np
 
 from course_lib.grading import hidden_check
-from course_lib.reference.ex04 import iterations_to_reach, metropolis_weights, mixing_rate
 from course_lib.questions.ex04 import check_gossip_step, check_iterations, check_mh_on, check_rate
+from course_lib.reference.ex04 import iterations_to_reach, metropolis_weights, mixing_rate
 
 
 def edges_of(G):

@@ -1,8 +1,14 @@
 """Lesson 06: instructor-only checks (more worker counts, uneven shards, offsets, a longer pipeline)."""
 from course_lib.grading import hidden_check
 from course_lib.model_parallel import backward, forward, init_mlp, make_data
-from course_lib.questions.ex06 import (check_column_forward, check_measured, check_measured_real, check_predicted,
-                                       check_row_backward, check_row_forward)
+from course_lib.questions.ex06 import (
+    check_column_forward,
+    check_measured,
+    check_measured_real,
+    check_predicted,
+    check_row_backward,
+    check_row_forward,
+)
 from course_lib.reference.ex06 import predicted_bubble
 
 

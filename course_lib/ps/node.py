@@ -131,17 +131,6 @@ def key_digest(keys) -> bytes:
     return hashlib.blake2b(np.ascontiguousarray(keys, dtype=np.int64).tobytes(), digest_size=8).digest()
 
 
-def _forget(comm, peer: int) -> None:
-    """Stop listening to a dead peer.
-
-    Works around the runtime: a failed ``send`` marks the peer dead without unregistering its
-    link from the selector, so every later ``recv_any`` would raise ``PeerLost`` for it again
-    and could starve the live links. Unregister it the way a failed receive does."""
-    if peer in getattr(comm, "_dead", ()) and hasattr(comm, "_mark_dead"):
-        comm._dead.discard(peer)
-        comm._mark_dead(peer)
-
-
 # ---------------------------------------------------------------------------- server
 def serve(comm, cfg: PSConfig) -> dict:
     """Server loop of rank ``comm.rank``; returns its store and what it recorded."""
@@ -178,7 +167,6 @@ def serve(comm, cfg: PSConfig) -> dict:
         if p in dead:
             return
         dead.add(p)
-        _forget(comm, p)
         if p < S:                          # our successor died: we are the tail of what we sent it
             by = {}
             for w, ts, clock, pid, arc, keys, vals in agg.pop(p, []):
@@ -469,7 +457,6 @@ class KVWorker:
         return piece
 
     def _lost(self, s):
-        _forget(self.comm, s)
         if s in self.dead:
             return
         self.dead.add(s)
@@ -578,7 +565,6 @@ class KVWorker:
                     self.comm.send(("done", self.w), s)
                 except PeerLost:
                     self.dead.add(s)
-                    _forget(self.comm, s)
 
 
 def ps_node(comm, cfg: PSConfig, worker_fn, *args):

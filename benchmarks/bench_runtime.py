@@ -159,13 +159,18 @@ def run() -> None:
             handover, _ = cluster.run(_attach, sa)[1]
     print(f"{'memcpy (numpy copyto)':<36}{memcpy / 1e9:8.2f} GB/s")
     print(f"{'raw Pipe send_bytes':<36}{raw / 1e9:8.2f} GB/s")
-    print(f"{'raw socket readv (reused buffer)':<36}{ceiling / 1e9:8.2f} GB/s   (the transport's ceiling, informational)")
+    print(
+        f"{'raw socket readv (reused buffer)':<36}{ceiling / 1e9:8.2f} GB/s   (the transport's ceiling, informational)"
+    )
     print(f"{'course_lib array send':<36}{ours / 1e9:8.2f} GB/s   {ours / raw:5.2f}x raw   (target >= 0.90x)"
           f"   {ours / ceiling:5.2f}x readv")
-    print(f"{'shared-memory hand-over (16 MB)':<36}{handover * 1e6:8.1f} µs   "
-          f"{handover / (SIZE / memcpy):5.3f}x the time of one memcpy (attach by name, no copy)")
+    print(
+        f"{'shared-memory hand-over (16 MB)':<36}{handover * 1e6:8.1f} µs   "
+        f"{handover / (SIZE / memcpy):5.3f}x the time of one memcpy (attach by name, no copy)"
+    )
     print(f"{'raw Pipe round trip (8 B)':<36}{raw_rt * 1e6:8.1f} µs")
-    print(f"{'course_lib round trip (small int)':<36}{our_rt * 1e6:8.1f} µs   {our_rt / raw_rt:5.2f}x raw   (target <= 1.5x)")
+    print(f"{'course_lib round trip (small int)':<36}{our_rt * 1e6:8.1f} µs   "
+          f"{our_rt / raw_rt:5.2f}x raw   (target <= 1.5x)")
     for method, target in (("fork", 0.5), ("spawn", 3.0)):
         s = start_stop(method)
         print(f"{'Cluster(4) start+stop, ' + method:<36}{s:8.3f} s    (target < {target} s)")

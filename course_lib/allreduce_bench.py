@@ -28,6 +28,7 @@ allreduce over Pipes) and "mpi" (``MPI_Allreduce`` under ``mpiexec``).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pathlib
@@ -73,7 +74,7 @@ def measure_memcpy(sizes, tries: int = 20) -> list[dict]:
     for nbytes in sizes:
         src = np.ones(nbytes // 4, dtype=np.float32)
         dst = np.empty_like(src)
-        times = timed_tries(lambda: np.copyto(dst, src), lambda: None, tries, iterations(nbytes))
+        times = timed_tries(functools.partial(np.copyto, dst, src), lambda: None, tries, iterations(nbytes))
         out.append(summary(times))
     return out
 
@@ -93,10 +94,10 @@ def _course_worker(comm, sizes, engine, tries, workspaces, control, bind=False):
         for nbytes, ws in zip(sizes, workspaces):
             x = np.full(nbytes // 4, comm.rank + 1, dtype=np.float32)
             if engine == "ring":
-                call = lambda: comm.allreduce(x, algorithm="ring")  # noqa: E731
+                call = functools.partial(comm.allreduce, x, algorithm="ring")
             else:
                 sync = "pipes" if engine == "shm_pipes" else "auto"
-                call = lambda: allreduce_shm(comm, x, workspace=ws, sync=sync)  # noqa: E731
+                call = functools.partial(allreduce_shm, comm, x, workspace=ws, sync=sync)
             out.append(timed_tries(call, line_up.barrier, tries, iterations(nbytes)))
             if not np.all(call() == expected):
                 raise AssertionError(f"{engine} allreduce gave a wrong sum on rank {comm.rank}")
@@ -148,7 +149,8 @@ def measure_mpi(n_procs: int, sizes, tries: int = 20, timeout: float = 300, bind
     exe = mpiexec_path()
     if exe is None:
         raise FileNotFoundError("mpiexec not found: install the mpi extra (pip install '.[mpi]')")
-    cmd = [exe, "-bind-to", "core" if bind else "none", "-n", str(n_procs), sys.executable, "-m", "course_lib.allreduce_bench", "--mpi",
+    cmd = [exe, "-bind-to", "core" if bind else "none", "-n", str(n_procs),
+           sys.executable, "-m", "course_lib.allreduce_bench", "--mpi",
            "--tries", str(tries), "--sizes", *map(str, sizes)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).parents[1])] + sys.path))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -166,7 +168,8 @@ def _mpi_main(sizes, tries):
     for nbytes in sizes:
         x = np.full(nbytes // 4, world.rank + 1, dtype=np.float32)
         y = np.empty_like(x)
-        times = timed_tries(lambda: world.Allreduce(x, y, op=MPI.SUM), world.Barrier, tries, iterations(nbytes))
+        one_allreduce = functools.partial(world.Allreduce, x, y, op=MPI.SUM)
+        times = timed_tries(one_allreduce, world.Barrier, tries, iterations(nbytes))
         if not np.all(y == world.size * (world.size + 1) / 2):
             raise AssertionError(f"MPI_Allreduce gave a wrong sum on rank {world.rank}")
         everyone = world.gather(times, root=0)

@@ -90,7 +90,7 @@ def test_notebook_in_jupyterlab(notebook, browser, server, clean_kernels):
             pytest.xfail(f"known bug: {known[0]}")
         raise
     if known:
-        warnings.warn(f"{notebook.name} passes now: remove it from KNOWN_BUGS in {Path(__file__).name}")
+        warnings.warn(f"{notebook.name} passes now: remove it from KNOWN_BUGS in {Path(__file__).name}", stacklevel=1)
 
 
 def _check_notebook(notebook, browser, server):
@@ -133,7 +133,7 @@ def _check_notebook(notebook, browser, server):
         page.close()
     elapsed = time.monotonic() - t0
     for note in page.notes:
-        warnings.warn(f"{notebook.name}: {note}")
+        warnings.warn(f"{notebook.name}: {note}", stacklevel=1)
     print(f"{notebook.name}: {elapsed:.1f} s in the browser ("
           + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
           + f"); slider {moved['slider']['label']!r} {moved['before']} -> {moved['after']} by {moved['method']}, "

@@ -90,7 +90,7 @@ def test_sim_every_algorithm_matches_numpy_and_traffic_formula(coll, alg):
         for n in (0, 1, 5, p + 1, 3 * p - 1):
             xs = [rng.standard_normal(n) for _ in range(p)]
             for root in ({0, p - 1} if coll in ROOTED else {0}):
-                res, B, M = simulate(p, lambda t: _case(coll, alg, t, xs, root))
+                res, B, M = simulate(p, lambda t, xs=xs, root=root: _case(coll, alg, t, xs, root))
                 for r in range(p):
                     assert _close(res[r], _expected(coll, p, xs, root, r)), (coll, alg, p, n, root, r)
                 if coll == "exscan":
@@ -105,7 +105,7 @@ def test_ring_allreduce_moves_exactly_2_p_minus_1_n_itemsize(p):
     for n in (1, 7, 10, 33):
         for dtype in (np.float32, np.float64, np.int16):
             xs = [np.arange(n, dtype=dtype) * (r + 1) for r in range(p)]
-            res, B, M = simulate(p, lambda t: ALGORITHMS["allreduce"]["ring"](t, xs[t.rank], SUM))
+            res, B, M = simulate(p, lambda t, xs=xs: ALGORITHMS["allreduce"]["ring"](t, xs[t.rank], SUM))
             assert B.sum() == 2 * (p - 1) * n * np.dtype(dtype).itemsize
             assert (M.sum(axis=1) == 2 * (p - 1)).all()
             assert np.array_equal(res[0], np.sum(xs, axis=0, dtype=dtype))
@@ -134,7 +134,7 @@ def test_sim_allreduce_property(p, n, dtype, alg, seed):
     xs = [(rng.standard_normal(n) * 100).astype(dtype) for _ in range(p)]
     for op, ref in ((SUM, lambda a: np.sum(a, axis=0, dtype=dtype)), (MAX, lambda a: np.max(a, axis=0)),
                     (MIN, lambda a: np.min(a, axis=0))):
-        res, B, M = simulate(p, lambda t: ALGORITHMS["allreduce"][alg](t, xs[t.rank], op))
+        res, B, M = simulate(p, lambda t, op=op: ALGORITHMS["allreduce"][alg](t, xs[t.rank], op))
         want = ref(np.stack(xs)) if n else np.zeros(0, dtype)
         for r in range(p):
             if op is SUM:
@@ -165,13 +165,15 @@ def test_order_preserving_algorithms_accept_non_commutative_ops():
     for p in range(1, 8):
         words = [chr(65 + r) for r in range(p)]
         for alg in ("recursive_doubling", "reduce_bcast"):
-            res, _, _ = simulate(p, lambda t: ALGORITHMS["allreduce"][alg](t, words[t.rank], cat))
+            res, _, _ = simulate(p, lambda t, alg=alg, words=words: ALGORITHMS["allreduce"][alg](t, words[t.rank], cat))
             assert res == ["".join(words)] * p
         for alg in ("binomial", "flat"):
             for root in range(p):
-                res, _, _ = simulate(p, lambda t: ALGORITHMS["reduce"][alg](t, words[t.rank], cat, root))
+                def reduce_words(t, alg=alg, words=words, root=root):
+                    return ALGORITHMS["reduce"][alg](t, words[t.rank], cat, root)
+                res, _, _ = simulate(p, reduce_words)
                 assert res[root] == "".join(words)
-        res, _, _ = simulate(p, lambda t: ALGORITHMS["scan"]["recursive_doubling"](t, words[t.rank], cat))
+        res, _, _ = simulate(p, lambda t, words=words: ALGORITHMS["scan"]["recursive_doubling"](t, words[t.rank], cat))
         assert res == ["".join(words[:r + 1]) for r in range(p)]
     with pytest.raises(RuntimeError, match="commutative"):
         simulate(3, lambda t: ALGORITHMS["allreduce"]["ring"](t, np.ones(3), cat))
@@ -269,7 +271,8 @@ def _allreduce_family(comm, n):
         for alg in sorted(ALGORITHMS[coll]):
             b0, m0 = comm.stats.bytes_sent(comm.rank), comm.stats.messages_sent(comm.rank)
             res = getattr(comm, coll)(x, algorithm=alg)
-            out.append((coll, alg, res, comm.stats.bytes_sent(comm.rank) - b0, comm.stats.messages_sent(comm.rank) - m0))
+            sent = comm.stats.bytes_sent(comm.rank) - b0, comm.stats.messages_sent(comm.rank) - m0
+            out.append((coll, alg, res, *sent))
     return x, out
 
 
@@ -492,7 +495,7 @@ def test_real_processes_property(cluster5, cases):
     """Hypothesis draws (p, n, dtype, algorithms); one cluster.run checks them all on
     sub-communicators of size p (Split), results against numpy, bytes against traffic()."""
     res = cluster5.run(_property_body, cases)
-    for i, (p, n, dtype, alg, agalg) in enumerate(cases):
+    for i, (p, n, dtype, alg, _agalg) in enumerate(cases):
         xs = [_prop_data(r, n, dtype, i) for r in range(p)]
         nbytes = [0] * p
         for r in range(p):

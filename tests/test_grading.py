@@ -43,7 +43,8 @@ MARKER = "course-grading-test-marker-7f3a"   # in the command line of processes 
 # COURSE_TEST_LESSONS=00,01 limits this file to some lessons (default: every solution notebook).
 _ONLY = [s.strip() for s in os.environ.get("COURSE_TEST_LESSONS", "").split(",") if s.strip()]
 SOLUTION_NBS = [p for p in sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb")) if not _ONLY or p.name[:2] in _ONLY]
-WRONG = [p for p in sorted((FIXTURES / "wrong_answers").glob("ex[0-9][0-9]_*__*.py")) if not _ONLY or p.name[2:4] in _ONLY]
+WRONG = [p for p in sorted((FIXTURES / "wrong_answers").glob("ex[0-9][0-9]_*__*.py"))
+         if not _ONLY or p.name[2:4] in _ONLY]
 CORRECT = [p for p in sorted((FIXTURES / "correct_alternatives").glob("ex[0-9][0-9]_*__*.py"))
            if not _ONLY or p.name[2:4] in _ONLY]
 MISBEHAVING = sorted((FIXTURES / "misbehaving").glob("*.py"))
@@ -83,21 +84,22 @@ def fill(text: str, places: dict) -> str:
     return text
 
 
-def apply_misbehaviour(nb, fixture: Path, places: dict = {}):
+def apply_misbehaviour(nb, fixture: Path, places: dict | None = None):
     """A notebook with the edit a misbehaving (or hostile) fixture describes."""
-    text = fill(fixture.read_text(), places)
-    body = "\n".join(l for l in text.splitlines() if not re.match(r"^#\s*(base|action|expect[-a-z]*):", l)).strip()
+    text = fill(fixture.read_text(), places or {})
+    header_line = re.compile(r"^#\s*(base|action|expect[-a-z]*):")
+    body = "\n".join(line for line in text.splitlines() if not header_line.match(line)).strip()
     action, _, arg = header(fixture)["action"][0].partition(":")
     arg = arg.strip()
     nb = nbformat.from_dict(json.loads(json.dumps(nb)))
     idx = [k for k, c in enumerate(nb.cells) if c.cell_type == "code" and arg and arg in c.source]
     if action == "replace-region":
-        body = "\n".join(l for l in body.splitlines() if not l.startswith("# "))
+        body = "\n".join(line for line in body.splitlines() if not line.startswith("# "))
         stub = re.compile(rf'^([ \t]*)raise NotImplementedError\("{arg}:[^\n]*$', re.M)
         for cell in nb.cells:
             m = stub.search(cell.source) if cell.cell_type == "code" else None
             if m:  # an exercise notebook: the stub line becomes the body
-                indented = "\n".join(m.group(1) + l for l in body.splitlines())
+                indented = "\n".join(m.group(1) + line for line in body.splitlines())
                 cell.source = cell.source[:m.start()] + indented + cell.source[m.end():]
                 return nb
         return replace_region_in_notebook(nb, arg, body)
@@ -524,7 +526,8 @@ def test_check_in_a_jupyter_kernel():
     nb = nbformat.read(solution_of("00"), as_version=4)
     env_before = os.environ.pop("COURSE_GRADING", None)
     try:
-        NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(SOLUTIONS)}}).execute()
+        resources = {"metadata": {"path": str(SOLUTIONS)}}
+        NotebookClient(nb, timeout=120, kernel_name="python3", resources=resources).execute()
     finally:
         if env_before is not None:
             os.environ["COURSE_GRADING"] = env_before

@@ -51,7 +51,9 @@ def _run(cmd, out, tmp_path):
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_mpi_equals_local(example, n, tmp_path):
     script = str(ROOT / "examples" / f"{example}.py")
-    mpi = _run([_mpiexec(), "-n", str(n), sys.executable, "-m", "course_lib.run", script], tmp_path / "mpi.pkl", tmp_path)
+    mpi = _run(
+        [_mpiexec(), "-n", str(n), sys.executable, "-m", "course_lib.run", script], tmp_path / "mpi.pkl", tmp_path
+    )
     method = "spawn" if n == 2 else "forkserver"  # the program file is shipped by value to fresh interpreters
     local = _run([sys.executable, "-m", "course_lib.run", "--local", str(n), "--start-method", method, script],
                  tmp_path / "local.pkl", tmp_path)

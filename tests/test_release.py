@@ -78,7 +78,11 @@ def _docstring_lines(source: str) -> set:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 out.update(range(first.lineno, first.end_lineno + 1))
     return out
 
@@ -199,7 +203,7 @@ def test_table_agrees_with_the_question_modules():
         load_lesson(lesson, with_hidden=False)
     declared = {q.qid: q.names[0] for q in all_questions() if q.lesson in NOTEBOOKS}
     assert declared == QUESTIONS
-    for lesson, name in NOTEBOOKS.items():
+    for name in NOTEBOOKS.values():
         assert (REPO / "exercises" / name).is_file() and (SOLUTIONS / name).is_file()
 
 
@@ -238,8 +242,11 @@ def test_release_has_no_solutions_tests_or_their_lines(release):
     assert len(secrets) > 200, "the secret lines were not found"
     leaks = []
     for path, lines in _file_lines(release):
-        leaks += [f"{path.relative_to(release)}: {line!r} (from {secrets[line]})" for line in sorted(lines & secrets.keys())]
-    assert not leaks, "the release contains lines of the hidden checks, fixtures or solutions:\n" + "\n".join(leaks[:30])
+        leaks += [
+            f"{path.relative_to(release)}: {line!r} (from {secrets[line]})" for line in sorted(lines & secrets.keys())
+        ]
+    leaked = "\n".join(leaks[:30])
+    assert not leaks, f"the release contains lines of the hidden checks, fixtures or solutions:\n{leaked}"
 
 
 def _function_bodies(source: str) -> dict:
@@ -269,11 +276,12 @@ def test_release_reference_is_only_stand_ins(release):
                   and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
         assert not others, f"{path.name}: unexpected top-level code {[ast.dump(n)[:60] for n in others]}"
         assert all(n.module == "course_lib.standin" for n in tree.body if isinstance(n, ast.ImportFrom))
-        sigs = reference_signatures(lesson)                     # from the checkout's real references
+        sigs = reference_signatures(lesson)  # from the checkout's real references
         for f in funcs:
             want = ast.parse(standin_function(questions_of(lesson)[f.name], f.name, *sigs[f.name])).body[0]
             assert ast.dump(f) == ast.dump(want), f"{path.name}: {f.name} is not the generated stand-in"
-        real.update(_function_bodies((REPO / "course_lib" / "reference" / f"ex{lesson}.py").read_text(encoding="utf-8")))
+        reference = REPO / "course_lib" / "reference" / f"ex{lesson}.py"
+        real.update(_function_bodies(reference.read_text(encoding="utf-8")))
     copies = []
     for path in sorted((release / "course_lib").rglob("*.py")):
         for dump, name in _function_bodies(path.read_text(encoding="utf-8")).items():
@@ -310,7 +318,7 @@ def test_no_library_function_passes_a_question(release, tmp_path):
     vacuous = [qid for qid, r in out["questions"].items() if r["control"] != "passed"]
     if vacuous:
         warnings.warn(f"the solutions themselves do not pass the visible checks of {vacuous} under the release "
-                      "library, so no candidate could pass those either")
+                      "library, so no candidate could pass those either", stacklevel=1)
     assert seconds < BUDGET_S * 2, f"the candidate search took {seconds:.0f} s"
 
 
@@ -551,7 +559,7 @@ def candidates_main(spec_path, out_path):
         inputs = _recorded(records / qid) if slow else []
         per_q[qid] = {"name": q["name"], "tried": 0, "passed": [], "control": control_status[qid],
                       "seconds": 0.0, "slowest": ["", 0.0], "first_look": len(inputs)}
-        for k, (qual, fn, sig) in enumerate(sigs):
+        for k, (_qualname, fn, sig) in enumerate(sigs):
             if sig is None or not _applies(sig, q):
                 continue
             code = getattr(getattr(fn, "__func__", fn), "__code__", None)
@@ -700,12 +708,17 @@ def test_stand_in_takes_the_def_and_what_it_uses(tmp_path, monkeypatch):
     monkeypatch.setattr(standin, "_cache", {})
     monkeypatch.setattr(standin, "_found", {})
     nb = tmp_path / "04_gossip.ipynb"
-    _notebook(nb, ["%matplotlib inline\nimport numpy as np\nSCALE = 2.0\n",
-                   "def _helper(x):\n    return x * SCALE\n",
-                   "W = mixing_rate(np.eye(2))   # runs the student's code: never executed by a stand-in\n",
-                   "def mixing_rate(W):\n    ev = 0.25\n    return float(_helper(ev))\n",
-                   "def gossip_step(comm, x, weights)\n    return x\n",           # not valid Python yet
-                   "def metropolis_weights(G):\n    import course_lib.gossip as gs\n    return gs.metropolis_hastings(G)\n"])
+    _notebook(
+        nb,
+        [
+            "%matplotlib inline\nimport numpy as np\nSCALE = 2.0\n",
+            "def _helper(x):\n    return x * SCALE\n",
+            "W = mixing_rate(np.eye(2))   # runs the student's code: never executed by a stand-in\n",
+            "def mixing_rate(W):\n    ev = 0.25\n    return float(_helper(ev))\n",
+            "def gossip_step(comm, x, weights)\n    return x\n",  # not valid Python yet
+            "def metropolis_weights(G):\n    import course_lib.gossip as gs\n    return gs.metropolis_hastings(G)\n",
+        ],
+    )
     assert standin.call("ex04_2", "mixing_rate", (np.eye(3),), ("W",)) == 0.5
     with pytest.raises(NotImplementedError, match="gossip_step is what exercise ex04_3 asks.*Cells 4 of 04_gossip"):
         standin.call("ex04_3", "gossip_step", (None, 1.0, {}), ("comm", "x", "weights"))

@@ -33,9 +33,13 @@ def test_environment_yml_matches_pyproject():
     pip_specs = project["dependencies"] + project["optional-dependencies"]["test"]
     pip = {_name(s): s[len(_name(s)):].strip() for s in pip_specs}
     conda = _conda_deps()
-    assert set(pip) == set(conda), f"only in pyproject: {set(pip) - set(conda)}; only in environment.yml: {set(conda) - set(pip)}"
+    assert set(pip) == set(conda), (
+        f"only in pyproject: {set(pip) - set(conda)}; only in environment.yml: {set(conda) - set(pip)}"
+    )
     for name, spec in pip.items():
-        assert conda[name].replace(" ", "") == spec.replace(" ", ""), f"{name}: pyproject {spec!r} vs conda {conda[name]!r}"
+        assert conda[name].replace(" ", "") == spec.replace(" ", ""), (
+            f"{name}: pyproject {spec!r} vs conda {conda[name]!r}"
+        )
 
 
 def test_readme_starts_with_the_two_commands_and_lists_every_lesson():

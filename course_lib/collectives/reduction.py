@@ -273,7 +273,7 @@ def _rs_recursive_halving_traffic(p, n, itemsize, root, ndim):
         if r < 2 * extra and r % 2 == 0:
             count.add(r, n)                            # fold: hand everything to the odd rank above
             continue
-        for keep, give in halving_ranges(virt[r], p2):
+        for _keep, give in halving_ranges(virt[r], p2):
             count.add(r, start(give[1]) - start(give[0]))
         if r < 2 * extra:
             count.add(r, c[r - 1])                     # unfold: the partner's chunk

@@ -59,7 +59,7 @@ class QuestionResult:
         out = f"{mark} {head}: not passed yet ({pts}).\n   {self.message}"
         if self.traceback and self.status in ("error", "crashed"):
             tail = self.traceback.rstrip().splitlines()[-8:]
-            out += "\n   Last lines of the traceback:\n" + "\n".join("     " + l for l in tail)
+            out += "\n   Last lines of the traceback:\n" + "\n".join("     " + line for line in tail)
         return out
 
 
@@ -152,21 +152,23 @@ def run_question(q: Question | str, ns, hidden: bool = False,
     # Remote code enforces the limit on the student's side; an alarm here could cut a reply in half.
     limiter = time_limit(timeout) if isinstance(code, LocalCode) else contextlib.nullcontext()
     n_visible = len(q.visible)
-    k = 0
+    checks_passed = 0
     try:
         with limiter:
-            for k, fn in enumerate(checks):
-                fn(code)
+            for check_one in checks:
+                check_one(code)
+                checks_passed += 1
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - student code can raise anything
         status, msg = _classify(q, exc, timeout)
         tb = exc.traceback if isinstance(exc, StudentError) else ""
-        if k >= n_visible and isinstance(exc, StudentError) and status == "error":
+        in_hidden_check = checks_passed >= n_visible
+        if in_hidden_check and isinstance(exc, StudentError) and status == "error":
             # The student's own error text or traceback could carry the hidden inputs out.
             msg, tb = (f"`{exc.name}` raised {exc.type_name} on one of the grader's own inputs "
                        "(the visible checks pass: make your code general)."), ""
-        elif k >= n_visible and status == "failed":
+        elif in_hidden_check and status == "failed":
             msg = f"On the grader's own inputs: {msg}"
         return result(status, msg, tb)
     n = len(checks)

@@ -35,7 +35,7 @@ def build_exercise(nb, lesson: str, source_name: str = ""):
         if SOLUTION_ONLY_TAG in cell.get("metadata", {}).get("tags", []):
             continue
         if cell.cell_type == "code":
-            def rep(qid, indent):
+            def rep(qid, indent, k=k):
                 if qid not in questions:
                     known = ", ".join(questions) or "none"
                     raise RegionError(f"{source_name} cell {k}: unknown question {qid} (lesson {lesson} has {known})")

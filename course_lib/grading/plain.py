@@ -42,38 +42,50 @@ def _dtype_spec(dt: np.dtype):
     return dt.descr if dt.fields is not None else dt.str
 
 
+def _int_to_json(x: int, depth: int) -> int:
+    if abs(x).bit_length() > MAX_INT_DIGITS * 3.33:
+        raise PlainDataError("an integer with thousands of digits")
+    return x
+
+
+def _array_to_json(x, depth: int) -> dict:
+    a = np.asarray(x)
+    spec = _dtype_spec(a.dtype)
+    return {"__t": "nd" if type(x) is np.ndarray else "np", "dtype": spec, "shape": list(a.shape),
+            "v": base64.b64encode(np.ascontiguousarray(a).tobytes()).decode("ascii")}
+
+
+# Exact types only (``type(x) is ...``): a subclass of list or dict could carry methods of its own.
+_ENCODERS = {
+    type(None): lambda x, depth: x,
+    bool: lambda x, depth: x,
+    str: lambda x, depth: x,
+    int: _int_to_json,
+    float: lambda x, depth: x if math.isfinite(x) else {"__t": "float", "v": repr(x)},
+    complex: lambda x, depth: {"__t": "complex", "re": _to_json(x.real, depth + 1),
+                               "im": _to_json(x.imag, depth + 1)},
+    list: lambda x, depth: [_to_json(v, depth + 1) for v in x],
+    tuple: lambda x, depth: {"__t": "tuple", "v": [_to_json(v, depth + 1) for v in x]},
+    set: lambda x, depth: {"__t": "set", "v": [_to_json(v, depth + 1) for v in x]},
+    frozenset: lambda x, depth: {"__t": "set", "v": [_to_json(v, depth + 1) for v in x]},
+    dict: lambda x, depth: {"__t": "dict", "v": [[_to_json(k, depth + 1), _to_json(v, depth + 1)]
+                                                 for k, v in x.items()]},
+    bytes: lambda x, depth: {"__t": "bytes", "v": base64.b64encode(x).decode("ascii")},
+    Fraction: lambda x, depth: {"__t": "fraction", "n": x.numerator, "d": x.denominator},
+    np.ndarray: _array_to_json,
+}
+
+
 def _to_json(x: Any, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise PlainDataError(f"the value is nested more than {MAX_DEPTH} levels deep")
-    if x is None or type(x) in (bool, str):
-        return x
-    if type(x) is int:
-        if abs(x).bit_length() > MAX_INT_DIGITS * 3.33:
-            raise PlainDataError("an integer with thousands of digits")
-        return x
-    if type(x) is float:
-        return x if math.isfinite(x) else {"__t": "float", "v": repr(x)}
-    if type(x) is complex:
-        return {"__t": "complex", "re": _to_json(x.real, depth + 1), "im": _to_json(x.imag, depth + 1)}
-    if type(x) is list:
-        return [_to_json(v, depth + 1) for v in x]
-    if type(x) is tuple:
-        return {"__t": "tuple", "v": [_to_json(v, depth + 1) for v in x]}
-    if type(x) in (set, frozenset):
-        return {"__t": "set", "v": [_to_json(v, depth + 1) for v in x]}
-    if type(x) is dict:
-        return {"__t": "dict", "v": [[_to_json(k, depth + 1), _to_json(v, depth + 1)] for k, v in x.items()]}
-    if type(x) is bytes:
-        return {"__t": "bytes", "v": base64.b64encode(x).decode("ascii")}
-    if type(x) is Fraction:
-        return {"__t": "fraction", "n": x.numerator, "d": x.denominator}
-    if type(x) is np.ndarray or isinstance(x, np.generic):
-        a = np.asarray(x)
-        spec = _dtype_spec(a.dtype)
-        return {"__t": "nd" if type(x) is np.ndarray else "np", "dtype": spec, "shape": list(a.shape),
-                "v": base64.b64encode(np.ascontiguousarray(a).tobytes()).decode("ascii")}
-    raise PlainDataError(f"a {_type_name(x)} cannot cross to the grader: return numbers, strings, "
-                         "numpy arrays, or lists, tuples and dicts of them")
+    encoder = _ENCODERS.get(type(x))
+    if encoder is None and isinstance(x, np.generic):
+        encoder = _array_to_json
+    if encoder is None:
+        raise PlainDataError(f"a {_type_name(x)} cannot cross to the grader: return numbers, strings, "
+                             "numpy arrays, or lists, tuples and dicts of them")
+    return encoder(x, depth)
 
 
 def encode(x: Any) -> str:
@@ -94,6 +106,45 @@ def _dtype(spec) -> np.dtype:
     return dt
 
 
+def _nonfinite_float(x: dict, depth: int) -> float:
+    v = float(x["v"])
+    if math.isfinite(v):
+        raise PlainDataError("a tagged float must be nan or inf")
+    return v
+
+
+def _fraction(x: dict, depth: int) -> Fraction:
+    n, d = x["n"], x["d"]
+    if type(n) is not int or type(d) is not int or d == 0:
+        raise PlainDataError("bad fraction")
+    return Fraction(n, d)
+
+
+def _array(x: dict, depth: int):
+    dt = _dtype(x["dtype"])
+    shape = tuple(x["shape"])
+    if not all(type(s) is int and s >= 0 for s in shape) or len(shape) > 32:
+        raise PlainDataError("bad array shape")
+    raw = base64.b64decode(x["v"], validate=True)
+    if len(raw) != dt.itemsize * math.prod(shape):
+        raise PlainDataError("array bytes do not match its shape and dtype")
+    a = np.frombuffer(raw, dtype=dt).reshape(shape).copy()
+    return a if x["__t"] == "nd" else a[()]
+
+
+_DECODERS = {
+    "float": _nonfinite_float,
+    "complex": lambda x, depth: complex(float(_from_json(x["re"], depth + 1)), float(_from_json(x["im"], depth + 1))),
+    "tuple": lambda x, depth: tuple(_from_json(v, depth + 1) for v in x["v"]),
+    "set": lambda x, depth: {_from_json(v, depth + 1) for v in x["v"]},
+    "dict": lambda x, depth: {_from_json(k, depth + 1): _from_json(v, depth + 1) for k, v in x["v"]},
+    "bytes": lambda x, depth: base64.b64decode(x["v"], validate=True),
+    "fraction": _fraction,
+    "nd": _array,
+    "np": _array,
+}
+
+
 def _from_json(x: Any, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise PlainDataError("nested too deep")
@@ -104,42 +155,15 @@ def _from_json(x: Any, depth: int) -> Any:
     if not isinstance(x, dict) or not isinstance(x.get("__t"), str):
         raise PlainDataError("malformed plain data")
     tag = x["__t"]
+    decoder = _DECODERS.get(tag)
+    if decoder is None:
+        raise PlainDataError(f"unknown tag {tag!r}")
     try:
-        if tag == "float":
-            v = float(x["v"])
-            if math.isfinite(v):
-                raise PlainDataError("a tagged float must be nan or inf")
-            return v
-        if tag == "complex":
-            return complex(float(_from_json(x["re"], depth + 1)), float(_from_json(x["im"], depth + 1)))
-        if tag == "tuple":
-            return tuple(_from_json(v, depth + 1) for v in x["v"])
-        if tag == "set":
-            return {_from_json(v, depth + 1) for v in x["v"]}
-        if tag == "dict":
-            return {_from_json(k, depth + 1): _from_json(v, depth + 1) for k, v in x["v"]}
-        if tag == "bytes":
-            return base64.b64decode(x["v"], validate=True)
-        if tag == "fraction":
-            n, d = x["n"], x["d"]
-            if type(n) is not int or type(d) is not int or d == 0:
-                raise PlainDataError("bad fraction")
-            return Fraction(n, d)
-        if tag in ("nd", "np"):
-            dt = _dtype(x["dtype"])
-            shape = tuple(x["shape"])
-            if not all(type(s) is int and s >= 0 for s in shape) or len(shape) > 32:
-                raise PlainDataError("bad array shape")
-            raw = base64.b64decode(x["v"], validate=True)
-            if len(raw) != dt.itemsize * math.prod(shape):
-                raise PlainDataError("array bytes do not match its shape and dtype")
-            a = np.frombuffer(raw, dtype=dt).reshape(shape).copy()
-            return a if tag == "nd" else a[()]
+        return decoder(x, depth)
     except PlainDataError:
         raise
     except (KeyError, TypeError, ValueError) as e:
         raise PlainDataError(f"malformed plain data ({tag}): {e}") from None
-    raise PlainDataError(f"unknown tag {tag!r}")
 
 
 def decode(text: str | bytes) -> Any:

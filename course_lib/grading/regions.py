@@ -44,7 +44,8 @@ def replace_regions(source: str, replacer: Callable[[str, str], str], where: str
             if current:
                 raise RegionError(f"{where} line {i}: BEGIN SOLUTION inside the region opened at line {current[2]}")
             if not b.group("qid"):
-                raise RegionError(f"{where} line {i}: BEGIN SOLUTION needs a question id, like '# BEGIN SOLUTION ex00_1'")
+                raise RegionError(f"{where} line {i}: BEGIN SOLUTION needs a question id, "
+                                  "like '# BEGIN SOLUTION ex00_1'")
             current = (b.group("qid"), b.group("indent"), i)
             continue
         if END_RE.match(line):
@@ -74,7 +75,7 @@ def stub(qid: str, title: str, indent: str) -> str:
 def reindent(body: str, indent: str) -> str:
     """``body`` (any indentation) re-indented to ``indent``."""
     body = textwrap.dedent(body.strip("\n"))
-    return "\n".join((indent + l) if l.strip() else "" for l in body.splitlines())
+    return "\n".join((indent + line) if line.strip() else "" for line in body.splitlines())
 
 
 def replace_region_in_notebook(nb, qid: str, body: str):

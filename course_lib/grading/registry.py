@@ -123,7 +123,8 @@ def load_lesson(lesson: str, hidden_dir: Optional[Path] = None, with_hidden: boo
         importlib.import_module(f"course_lib.questions.ex{lesson}")
     except ModuleNotFoundError as e:
         if e.name == f"course_lib.questions.ex{lesson}":
-            raise LookupError(f"no questions for lesson {lesson} (course_lib/questions/ex{lesson}.py is missing)") from None
+            missing = f"course_lib/questions/ex{lesson}.py is missing"
+            raise LookupError(f"no questions for lesson {lesson} ({missing})") from None
         raise
     if with_hidden:
         _load_hidden(lesson, Path(hidden_dir) if hidden_dir else DEFAULT_HIDDEN_DIR)

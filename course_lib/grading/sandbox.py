@@ -71,7 +71,7 @@ MAX_ATTEMPTS = 8        # fresh sandboxes per submission
 TMPFS_BYTES = 512 * 1024 * 1024
 
 
-@dataclass
+@dataclass(frozen=True)
 class Limits:
     cell_timeout: float = CELL_TIMEOUT   # per code cell
     timeout: Optional[float] = None      # per question; None: each question's own (at most 20 s)
@@ -315,7 +315,8 @@ class SandboxedKernel:
                 channel.send(self.to_kernel, message)
             return channel.recv(self.from_kernel, timeout)
         except channel.ChannelTimeout:
-            self.lost = KernelLost("timeout", f"ran past the time limit ({max(timeout - GRACE, 0):g} s) and was stopped")
+            limit = max(timeout - GRACE, 0)
+            self.lost = KernelLost("timeout", f"ran past the time limit ({limit:g} s) and was stopped")
         except (channel.ChannelClosed, PlainDataError, OSError):
             self.lost = KernelLost("crashed", self._death())
         self.kill()
@@ -506,7 +507,7 @@ def grade_notebook(notebook, questions: List[Question], library: Path, limits: L
     cells = code_cells(notebook)
     qmap = {q.qid: q for q in questions}
     fn_to_qid = {n: q.qid for q in questions for n in q.names}
-    remaining = [q.qid for q in questions]
+    remaining = dict.fromkeys(q.qid for q in questions)  # ordered: the questions not graded yet
     results: Dict[str, QuestionResult] = {}
     notes: List[str] = []
     skip: set = set()
@@ -516,22 +517,23 @@ def grade_notebook(notebook, questions: List[Question], library: Path, limits: L
     def fail(qid, status, message):
         q = qmap[qid]
         results[qid] = QuestionResult(qid, q.title, 0, q.points, status, message)
-        if qid in remaining:
-            remaining.remove(qid)
+        remaining.pop(qid, None)
+
+    def fail_remaining(status, message):
+        for qid in list(remaining):
+            fail(qid, status, message)
 
     while remaining and attempt < MAX_ATTEMPTS:
         attempt += 1
         if time.monotonic() > deadline:
-            for qid in list(remaining):
-                fail(qid, "timeout", "Not graded: the submission used up its total time.")
+            fail_remaining("timeout", "Not graded: the submission used up its total time.")
             break
         kernel = SandboxedKernel(library, limits, seed, start_method)
         try:
             try:
                 kernel.wait_ready()
             except KernelLost as e:
-                for qid in list(remaining):
-                    fail(qid, "crashed", f"Not graded: the grading sandbox could not start ({e.message}).")
+                fail_remaining("crashed", f"Not graded: the grading sandbox could not start ({e.message}).")
                 break
             if attempt > 1:
                 kernel.request({"op": "quiet"}, 10)
@@ -541,21 +543,7 @@ def grade_notebook(notebook, questions: List[Question], library: Path, limits: L
                 kernel.request({"op": "quiet"}, 10)
                 kernel.output.stop()
                 output = kernel.output.text()
-            code = RemoteCode(kernel, seed)
-            for qid in list(remaining):
-                q = qmap[qid]
-                limit = limits.timeout or q.timeout
-                code.deadline = time.monotonic() + limit
-                r = run_question(q, code, hidden=hidden, timeout=limit)
-                results[qid] = r
-                remaining.remove(qid)
-                if kernel.lost is not None:
-                    verb = "ran past the time limit" if kernel.lost.status == "timeout" else kernel.lost.message
-                    results[qid] = QuestionResult(qid, q.title, 0, q.points, kernel.lost.status,
-                                                  f"While checking {qid}, your code {verb} ({limit:g} s)."
-                                                  if kernel.lost.status == "timeout"
-                                                  else f"While checking {qid}, your code {verb}.")
-                    break
+            _check_remaining(kernel, [qmap[qid] for qid in remaining], remaining, results, limits, seed, hidden)
         except KernelLost:
             continue
         finally:
@@ -563,10 +551,26 @@ def grade_notebook(notebook, questions: List[Question], library: Path, limits: L
                 kernel.output.stop()
                 output = kernel.output.text()
             kernel.kill()
-    for qid in list(remaining):
-        fail(qid, "crashed", "Not graded: the notebook crashed the grader's sandbox too many times.")
+    fail_remaining("crashed", "Not graded: the notebook crashed the grader's sandbox too many times.")
     ordered = {q.qid: results[q.qid] for q in questions if q.qid in results}
     return NotebookGrade(ordered, notes, output, round(time.monotonic() - t0, 2), attempt)
+
+
+def _check_remaining(kernel, questions, remaining, results, limits, seed, hidden) -> None:
+    """Check ``questions`` in order against the live kernel, moving each from ``remaining`` to
+    ``results``; stop at the first one during which the sandbox was lost (the next attempt resumes)."""
+    code = RemoteCode(kernel, seed)
+    for q in questions:
+        limit = limits.timeout or q.timeout
+        code.deadline = time.monotonic() + limit
+        results[q.qid] = run_question(q, code, hidden=hidden, timeout=limit)
+        del remaining[q.qid]
+        if kernel.lost is not None:
+            lost = kernel.lost
+            what = (f"ran past the time limit ({limit:g} s)" if lost.status == "timeout" else lost.message)
+            results[q.qid] = QuestionResult(q.qid, q.title, 0, q.points, lost.status,
+                                            f"While checking {q.qid}, your code {what}.")
+            return
 
 
 def _run_cells(kernel, cells, skip, notes, first, limits, seed, fn_to_qid, fail) -> bool:

@@ -77,8 +77,8 @@ def mf_serial(n, n_cols, k, p, epochs=10, lr=0.01, lam=0.01, seed=0):
         for s in range(p):
             for i in range(p):
                 j = (i + s) % p
-                U[i], V[j], l = block_update(R[i][j], U[i], V[j], lr, lam)
-                tot += l
+                U[i], V[j], block_loss = block_update(R[i][j], U[i], V[j], lr, lam)
+                tot += block_loss
         losses.append(tot)
     return np.vstack(U), np.vstack(V), losses
 
@@ -115,13 +115,13 @@ def mf_worker(comm, n, n_cols, k, epochs=10, lr=0.01, lam=0.01, seed=0, budget_b
     peak = held
     losses = []
     sent0 = comm.stats.bytes_sent(r)
-    for e in range(epochs):
+    for _ in range(epochs):
         tot = 0.0
         for s in range(p):
             j = (r + s) % p
             with comm.compute(f"block {r},{j}"):
-                U, V, l = block_update(R_row[j], U, V, lr, lam)
-            tot += l
+                U, V, block_loss = block_update(R_row[j], U, V, lr, lam)
+            tot += block_loss
             if p > 1:
                 # hand V_j to r-1 (which needs it next) and take V_{j+1} from r+1
                 V_new = comm.sendrecv(V, dest=(r - 1) % p, source=(r + 1) % p,

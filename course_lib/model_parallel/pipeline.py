@@ -23,6 +23,7 @@ Gradients are summed over micro-batches, so they equal the full-batch gradient.
 """
 from __future__ import annotations
 
+import functools
 import time
 from fractions import Fraction
 
@@ -200,7 +201,7 @@ def pipeline_step(comm, layers, X, T, m: int, schedule: str = "gpipe",
     for op, i in stage_ops(schedule, p, m, s):
         if op == "F":
             a = X[rows[i]] if s == 0 else comm.recv(source=s - 1, tag=TAG_ACT)
-            acts = _timed(comm, f"F{i}", t_f, lambda: fwd(a))
+            acts = _timed(comm, f"F{i}", t_f, functools.partial(fwd, a))
             stash[i] = acts
             peak = max(peak, len(stash))
             if s < p - 1:
@@ -213,7 +214,7 @@ def pipeline_step(comm, layers, X, T, m: int, schedule: str = "gpipe",
                 d = (Y - Ti) / B      # 1/B of the whole batch: micro-batch grads add up
             else:
                 d = comm.recv(source=s + 1, tag=TAG_GRAD)
-            d_in = _timed(comm, f"B{i}", t_b, lambda: bwd(acts, d))
+            d_in = _timed(comm, f"B{i}", t_b, functools.partial(bwd, acts, d))
             if s > 0:
                 comm.send(d_in, s - 1, tag=TAG_GRAD)
     return {"layers": (lo, hi), "grads": grads, "loss": total_loss if s == p - 1 else None,

@@ -68,7 +68,8 @@ def assert_applies(fn, w, lr, version, calls, want):
         assert np.allclose(got_w, w_new, rtol=1e-12, atol=1e-12), (
             f"{head}: expected state.w = w - step_size(state.lr, staleness) * grad = {shown(np.asarray(w_new))}, "
             f"got {shown(got_w)}.")
-        assert snap["version"] == v_new, f"{head}: expected state.version {v_new} (one more per gradient), got {shown(snap['version'])}."
+        assert snap["version"] == v_new, (f"{head}: expected state.version {v_new} (one more per gradient), "
+                                          f"got {shown(snap['version'])}.")
         recs = snap["records"]
         assert len(recs) == k + 1, f"{head}: expected {k + 1} records (one per gradient), got {len(recs)}."
         got = recs[-1]

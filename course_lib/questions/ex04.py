@@ -71,8 +71,8 @@ def check_mh_on(fn, n, edges, name, want):
 
 def ring_matrix(n, w=1 / 3):
     """The n-node ring with weight w on each edge and 1 - 2w on the diagonal (MH weights for w = 1/3)."""
-    I = np.eye(n)
-    return (1 - 2 * w) * I + w * (np.roll(I, 1, axis=1) + np.roll(I, -1, axis=1))
+    eye = np.eye(n)
+    return (1 - 2 * w) * eye + w * (np.roll(eye, 1, axis=1) + np.roll(eye, -1, axis=1))
 
 
 def _fractions(rows):

@@ -74,7 +74,8 @@ def assert_filter(fn, keys, residual, theta, want_keys, want_values, want_kept):
         f"got {shown(v)}.")
     kept = as_array(kept, f"{head}: kept", shape=residual.shape)
     assert np.allclose(kept, want_kept, rtol=0, atol=0), (
-        f"{head}: kept should be the residual with the sent entries set to zero, {shown(np.asarray(want_kept, float))}; got "
+        f"{head}: kept should be the residual with the sent entries set to zero, "
+        f"{shown(np.asarray(want_kept, float))}; got "
         f"{shown(kept)}. Entries at or below the threshold stay, to be sent once they add up.")
 
 

@@ -262,7 +262,10 @@ const app = window.jupyterapp;
 const panel = app ? Array.from(app.shell.widgets('main')).find(w => w.context && w.context.path === path) : null;
 """
 
-STATE_JS = "(path) => {" + _PANEL_JS + """
+STATE_JS = (
+    "(path) => {"
+    + _PANEL_JS
+    + """
   if (!app) return {phase: 'no app'};
   if (!panel) return {phase: 'no panel'};
   if (!panel.context.isReady) return {phase: 'loading'};
@@ -295,7 +298,8 @@ STATE_JS = "(path) => {" + _PANEL_JS + """
       }
       // Top-level outputs of this cell, and which of them are rendered widget views.
       const area = cell.node.querySelector('.jp-Cell-outputArea');
-      const tops = area ? Array.from(area.querySelectorAll(':scope > .jp-OutputArea-child > .jp-OutputArea-output')) : [];
+      const topLevel = ':scope > .jp-OutputArea-child > .jp-OutputArea-output';
+      const tops = area ? Array.from(area.querySelectorAll(topLevel)) : [];
       c.widgetOutputs = tops.filter(o => o.querySelector(':scope > .jupyter-widgets')).length;
       c.widgetErrors = tops.map(o => o.textContent || '')
         .filter(t => t.includes('Error displaying widget') || t.includes('Loading widget...'))
@@ -313,6 +317,7 @@ STATE_JS = "(path) => {" + _PANEL_JS + """
           connection: kernel ? kernel.connectionStatus : null,
           dialog: dialog ? dialog.textContent.trim().slice(0, 500) : null, cells};
 }"""
+)
 
 # Marks the nth (0-based) usable ipywidgets slider of the notebook with data-course-slider="1";
 # returns its cell index and current readout, or null.

@@ -47,7 +47,9 @@ def more_workers_backward(ns):
 
 @hidden_check("ex06_4")
 def more_shapes(ns):
-    check_predicted(ns["predicted_bubble"], [(p, m, predicted_bubble(p, m)) for p in (1, 2, 5, 8) for m in (1, 3, 16, 64)])
+    check_predicted(
+        ns["predicted_bubble"], [(p, m, predicted_bubble(p, m)) for p in (1, 2, 5, 8) for m in (1, 3, 16, 64)]
+    )
 
 
 @hidden_check("ex06_5")

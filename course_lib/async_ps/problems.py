@@ -1,7 +1,8 @@
 """Problems and single-process baselines for lesson 03.
 
 Least squares, loss ``f(w) = 1/(2n) * ||X w - y||^2``, and its gradient on a minibatch B
-(:func:`batch_gradient`).
+(:func:`batch_gradient`), on the data of :func:`course_lib.problems.make_least_squares`; with
+``n_shards`` and ``shard_shift`` the rows of each worker (:func:`shards`) follow their own model.
 
 The sparse problem of Hogwild! (Recht et al. 2011) stores every row with a fixed number
 of non-zeros: ``idx[i]`` (column indices, distinct) and ``val[i]`` (values), so one
@@ -14,30 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from course_lib.problems import contiguous_shards, make_least_squares
+
+__all__ = ["make_least_squares", "optimal_loss", "loss", "batch_gradient", "shards", "batch_rng", "serial_sgd",
+           "SparseProblem", "make_sparse_problem", "sparse_loss", "sample_order", "serial_sparse_sgd",
+           "sparsity_stats"]
+
 
 # --------------------------------------------------------------------------- dense
-def make_least_squares(n: int = 2000, d: int = 20, noise: float = 0.1, seed: int = 0,
-                       n_shards: int = 1, shard_shift: float = 0.0):
-    """Return ``X (n, d), y (n,), w_true (d,)`` with well-conditioned Gaussian features.
-
-    With ``shard_shift > 0`` the data is not identically distributed across the
-    ``n_shards`` contiguous shards of :func:`shards`: shard k follows its own model
-    ``w_true + shard_shift * z_k`` (``z_k`` standard normal), as when each worker holds
-    data from a different source. The best single ``w`` is then a compromise, weighted by
-    how much of each shard the optimiser sees.
-    """
-    if n < 1 or d < 1:
-        raise ValueError(f"need n >= 1 and d >= 1, got n={n}, d={d}")
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, d))
-    w_true = rng.standard_normal(d)
-    y = X @ w_true + noise * rng.standard_normal(n)
-    if shard_shift:
-        for rows in shards(n, n_shards):
-            y[rows] += shard_shift * (X[rows] @ rng.standard_normal(d))
-    return X, y, w_true
-
-
 def optimal_loss(X, y) -> float:
     """The least-squares minimum ``min_w f(w)`` (the floor every curve is compared with)."""
     w = np.linalg.lstsq(X, y, rcond=None)[0]
@@ -60,10 +45,9 @@ def batch_gradient(X, y, rows, w):
 
 
 def shards(n: int, n_shards: int):
-    """Split rows 0..n-1 into ``n_shards`` contiguous ranges (as index arrays)."""
-    if n_shards < 1:
-        raise ValueError(f"n_shards must be >= 1, got {n_shards}")
-    return [np.asarray(s, dtype=np.int64) for s in np.array_split(np.arange(n), n_shards)]
+    """Split rows 0..n-1 into ``n_shards`` contiguous shards (as index arrays): the shards of
+    :func:`course_lib.problems.contiguous_shards`, which ``shard_shift`` shifts."""
+    return [np.arange(start, stop, dtype=np.int64) for start, stop in contiguous_shards(n, n_shards)]
 
 
 def batch_rng(seed: int, worker: int):

@@ -17,8 +17,11 @@ The problem here is least squares, the seeds' example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
+
+from course_lib import problems
 
 from .consensus import mix
 
@@ -49,12 +52,15 @@ class LeastSquares:
         Computed from the d x d Gram matrix, f(w) = (w'Aw - 2 w'b + c) / 2 with A = X'X/N,
         b = X'y/N, c = y'y/N, so a whole trajectory costs O(d^2) per model instead of O(N d).
         """
-        if not hasattr(self, "_gram"):
-            N = self.X.shape[0]
-            self._gram = (self.X.T @ self.X / N, self.X.T @ self.y / N, float(self.y @ self.y) / N)
-        A, b, c = self._gram
+        A, b, c = self.gram
         w = np.asarray(w, dtype=float)
         return 0.5 * (((w @ A) * w).sum(axis=-1) - 2 * (w @ b) + c)
+
+    @cached_property
+    def gram(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """(X'X/N, X'y/N, y'y/N), computed on first use and kept with the problem."""
+        N = self.X.shape[0]
+        return self.X.T @ self.X / N, self.X.T @ self.y / N, float(self.y @ self.y) / N
 
     def suboptimality(self, w):
         return self.loss(w) - self.f_opt
@@ -62,8 +68,10 @@ class LeastSquares:
 
 def make_least_squares(n_samples: int, dim: int, n_nodes: int, noise: float = 0.1,
                        iid: bool = True, seed: int = 0, heterogeneity: float = 0.0) -> LeastSquares:
-    """Synthetic y = X w_true + noise, split in ``n_nodes`` contiguous shards.
+    """Synthetic y = X w_true + noise, split in ``n_nodes`` contiguous shards (one per node).
 
+    The data of :func:`course_lib.problems.make_least_squares` with rows of unit expected norm
+    (x_i ~ N(0, I/dim)), cut by :func:`course_lib.problems.rounded_shards`.
     ``iid=False`` sorts the rows by their first feature before splitting, so every node
     sees a different part of the input space. ``heterogeneity=h`` gives shard ``i`` its own
     truth ``w_true + h * u_i`` (``u_i`` random, unit scale): the local optima disagree, and
@@ -71,18 +79,10 @@ def make_least_squares(n_samples: int, dim: int, n_nodes: int, noise: float = 0.
     """
     if n_samples < n_nodes:
         raise ValueError(f"need at least one sample per node: {n_samples} < {n_nodes}")
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n_samples, dim)) / np.sqrt(dim)
-    w_true = rng.standard_normal(dim)
-    y = X @ w_true + noise * rng.standard_normal(n_samples)
-    if not iid:
-        order = np.argsort(X[:, 0], kind="stable")
-        X, y = X[order], y[order]
-    bounds = np.linspace(0, n_samples, n_nodes + 1).round().astype(int)
-    shards = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-    if heterogeneity:
-        for a, b in shards:
-            y[a:b] += X[a:b] @ (heterogeneity * rng.standard_normal(dim))
+    shards = problems.rounded_shards(n_samples, n_nodes)
+    X, y, _ = problems.make_least_squares(n_samples, dim, noise=noise, seed=seed, unit_rows=True,
+                                          sort_by_first_feature=not iid, shard_shift=heterogeneity,
+                                          shard_ranges=shards)
     w_opt = np.linalg.lstsq(X, y, rcond=None)[0]
     f_opt = float(0.5 * np.mean((X @ w_opt - y) ** 2))   # direct form: the reference value
     return LeastSquares(np.ascontiguousarray(X), np.ascontiguousarray(y), shards, w_opt, f_opt)

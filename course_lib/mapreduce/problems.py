@@ -1,4 +1,4 @@
-"""The two problems of lesson 01 and their seeded data.
+"""The two problems of lesson 01 and their seeded data (least squares: :mod:`course_lib.problems`).
 
 Both losses are averages over the N samples,
 
@@ -17,9 +17,14 @@ of waiting for memory; the speedup benchmark uses it.
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
+from course_lib.problems import check_sizes, make_least_squares
 from course_lib.reference.ex01 import map_gradient
+
+__all__ = ["Problem", "LeastSquares", "Logistic", "PROBLEMS", "get_problem", "make_least_squares", "make_logistic"]
 
 
 class Problem:
@@ -109,7 +114,8 @@ def _sigmoid(z):
     return np.exp(-np.logaddexp(0.0, -z))
 
 
-PROBLEMS = {"least_squares": LeastSquares, "logistic": Logistic}
+# Read-only: the names a run accepts are fixed; a new problem is passed as a Problem instance.
+PROBLEMS = MappingProxyType({"least_squares": LeastSquares, "logistic": Logistic})
 
 
 def get_problem(problem) -> Problem:
@@ -121,35 +127,14 @@ def get_problem(problem) -> Problem:
     raise ValueError(f"problem must be one of {sorted(PROBLEMS)} or a Problem, got {problem!r}")
 
 
-def make_least_squares(n=2000, d=20, k=None, noise=0.1, seed=0):
-    """Seeded data for least squares: y = X w_true + noise.
-
-    Returns (X, y, w_true) with X of shape (n, d); y has shape (n,) or (n, k).
-    """
-    _check_sizes(n, d)
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, d))
-    shape = (d,) if k is None else (d, int(k))
-    w_true = rng.standard_normal(shape)
-    y = X @ w_true + noise * rng.standard_normal((n,) + shape[1:])
-    return X, y, w_true
-
-
 def make_logistic(n=2000, d=20, seed=0):
     """Seeded data for logistic regression: y_i ~ Bernoulli(sigmoid(x_i^T w_true)).
 
     Returns (X, y, w_true); y holds 0.0 and 1.0.
     """
-    _check_sizes(n, d)
+    check_sizes(n, d)
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, d))
     w_true = rng.standard_normal(d) / np.sqrt(d) * 3.0
     y = (rng.random(n) < _sigmoid(X @ w_true)).astype(np.float64)
     return X, y, w_true
-
-
-def _check_sizes(n, d):
-    if not (isinstance(n, (int, np.integer)) and n >= 1):
-        raise ValueError(f"n (number of samples) must be an int >= 1, got {n!r}")
-    if not (isinstance(d, (int, np.integer)) and d >= 1):
-        raise ValueError(f"d (number of features) must be an int >= 1, got {d!r}")

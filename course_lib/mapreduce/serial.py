@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from course_lib.problems import contiguous_shards
 from course_lib.reference.ex01 import reduce_update
 
 from .problems import get_problem
@@ -32,17 +33,14 @@ REDUCES = ("sum", "mean", "collect")
 def shard_ranges(n: int, m: int) -> list[tuple[int, int]]:
     """Row ranges [lo, hi) of m shards of n rows, with ``numpy.array_split`` semantics.
 
-    The first n % m shards get one row more, so n need not be a multiple of m.
+    The first n % m shards get one row more, so n need not be a multiple of m
+    (:func:`course_lib.problems.contiguous_shards`, here with every shard non-empty).
     """
     if not (isinstance(m, (int, np.integer)) and m >= 1):
         raise ValueError(f"the number of shards must be an int >= 1, got {m!r}")
     if not (isinstance(n, (int, np.integer)) and n >= m):
         raise ValueError(f"cannot split {n!r} rows into {m} non-empty shards")
-    q, r = divmod(int(n), int(m))
-    bounds = [0]
-    for k in range(m):
-        bounds.append(bounds[-1] + q + (1 if k < r else 0))
-    return [(bounds[k], bounds[k + 1]) for k in range(m)]
+    return contiguous_shards(n, m)
 
 
 def check_reduce(reduce: str) -> str:

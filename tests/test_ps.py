@@ -17,6 +17,7 @@ from course_lib.ps import (
     kkt_filter,
     logloss,
     make_ctr,
+    may_answer_pull,
     merge_clocks,
     modulo_owner,
     ps_node,
@@ -24,6 +25,7 @@ from course_lib.ps import (
     ring_lookup,
     significantly_modified,
     slice_request,
+    ssp_violations,
     train,
 )
 from course_lib.ps.join import JoinSide, moving_keys
@@ -140,6 +142,33 @@ def test_kkt_filter_drops_only_updates_that_keep_zero():
     eta = 0.3
     dropped = np.setdiff1d(keys, k)
     assert np.all(soft_threshold(w[dropped] - eta * g[dropped], eta * 0.1) == 0)
+
+
+# ---------------------------------------------------------------- the SSP read gate
+@pytest.mark.parametrize("pull_clock, clocks, staleness, allowed", [
+    (3, [3, 3, 3], 0, True),        # sequential: every worker has finished iterations 0..2
+    (3, [2, 3, 3], 0, False),       # ... but one is still in iteration 2
+    (5, [3, 4], 2, True),           # the boundary: slowest clock = t - s
+    (5, [2, 4], 2, False),          # one iteration beyond it
+    (5, [3, 4], 1, False),
+    (5, [9, 7], 0, True),           # the others ahead of the reader
+    (9, [0, 0], INF, True),         # eventual: never wait
+    (4, [INF, 1], 3, True),         # a finished (or dead) worker, clock inf, holds no one back
+    (4, [INF, 0], 3, False),
+    (7, [INF, INF], 0, True),       # all finished
+    (0, [], 0, True),               # no worker clock at all
+])
+def test_ssp_gate_lets_a_pull_through_when_the_slowest_clock_is_within_the_bound(pull_clock, clocks, staleness,
+                                                                                 allowed):
+    assert may_answer_pull(pull_clock, clocks, staleness) is allowed
+    assert may_answer_pull(pull_clock, np.array(clocks, dtype=float), staleness) is allowed   # as the server holds them
+
+
+def test_ssp_gate_and_the_invariant_check_agree():
+    for t in range(6):
+        for clocks in ([0, 0], [1, 4], [2, INF], [5, 3]):
+            for s in (0, 1, 2, INF):
+                assert may_answer_pull(t, clocks, s) == (ssp_violations([(t, min(clocks))], s) == [])
 
 
 # ---------------------------------------------------------------- real processes
@@ -531,5 +560,6 @@ def test_replication_after_aggregation_saves_traffic_and_loses_nothing(fault):
     assert np.array_equal(w_batched, w_each)
     assert np.array_equal(w_batched.ravel(), replay([r["log"] for r in batched[3:]], 2000))
     if not fault:
-        srv = lambda res: int(np.asarray(res.stats.messages)[:3, :3].sum())
-        assert srv(batched) < 0.5 * srv(each)
+        def between_servers(res):
+            return int(np.asarray(res.stats.messages)[:3, :3].sum())
+        assert between_servers(batched) < 0.5 * between_servers(each)

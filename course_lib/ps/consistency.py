@@ -13,10 +13,33 @@ defers a read until it holds (Li et al., OSDI 2014, section 3.3; Ho et al., NIPS
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from course_lib.reference.ex05 import may_read  # noqa: F401  (question ex05_2)
+from course_lib.reference.ex05 import may_read  # question ex05_2
 
 INF = math.inf
+
+
+def may_answer_pull(pull_clock: float, worker_clocks: Sequence[float], staleness: float) -> bool:
+    """The stale synchronous parallel (SSP) read gate: may a server answer now a pull made at ``pull_clock``?
+
+    Worker ``w``'s clock ``c_w`` counts the iterations it has finished and pushed; a worker at clock
+    ``t`` pulls the parameters for its iteration ``t``. With staleness bound ``s`` the pull is answered
+    once the slowest worker is within ``s`` iterations of the reader::
+
+        min_w c_w  >=  t - s
+
+    Then the values read contain every update of every worker from iterations ``0 .. t - s - 1`` (and
+    perhaps later ones), and no worker runs more than ``s`` clocks ahead of the slowest: the bounded
+    staleness condition of Ho et al., "More Effective Distributed ML via a Stale Synchronous Parallel
+    Parameter Server", NIPS 2013. ``s = 0`` is the sequential (bulk synchronous) model, ``s = inf``
+    eventual consistency (never wait). A finished or dead worker's clock is ``inf``: it holds no one
+    back; with no worker clock at all nothing does.
+
+    The comparison is question ex05_2's :func:`may_read`, so the server gates its reads with the
+    student's own answer in the student release."""
+    clocks = list(worker_clocks)
+    return not clocks or bool(may_read(pull_clock, clocks, staleness))
 
 
 def ssp_violations(reads, tau) -> list:
@@ -28,4 +51,4 @@ def model_name(tau) -> str:
     return "sequential" if tau == 0 else "eventual" if tau == INF else f"bounded delay {tau}"
 
 
-__all__ = ["INF", "may_read", "ssp_violations", "model_name"]
+__all__ = ["INF", "may_read", "may_answer_pull", "ssp_violations", "model_name"]

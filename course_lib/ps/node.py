@@ -56,7 +56,7 @@ import numpy as np
 
 from course_lib.runtime.comm import PeerLost
 
-from .consistency import INF, may_read
+from .consistency import INF, may_answer_pull
 from .filters import soft_threshold
 from .join import JoinSide, check_config
 from .keys import check_request, slice_request
@@ -309,10 +309,11 @@ def serve(comm, cfg: PSConfig) -> dict:
         flush()
         if not join.reads_allowed():
             return                         # a joiner answers reads once it holds every change
-        lo = float(np.min(clocks)) if W else INF
+        heard = clocks.tolist()            # the clocks as they are now: a death below re-opens nothing this pass
+        lo = min(heard, default=INF)
         keep = []
         for w, ts, t, pieces, arrived in deferred:
-            if may_read(t, [lo], cfg.tau):      # the bounded-delay gate, over the slowest clock
+            if may_answer_pull(t, heard, cfg.tau):
                 reads.append((w, t, lo, time.perf_counter() - arrived))
                 send(("vals", ts, [(pid, pack(store[keys].ravel(), cfg.compress) if cfg.compress else store[keys].ravel().copy())
                                    for pid, _, keys, _ in pieces]), S + w)

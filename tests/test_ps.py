@@ -1,4 +1,5 @@
 """Lesson 05: the parameter server internals (course_lib.ps), against single-process baselines."""
+import pickle
 from types import SimpleNamespace
 
 import numpy as np
@@ -29,6 +30,35 @@ from course_lib.ps import (
     train,
 )
 from course_lib.ps.join import JoinSide, moving_keys
+from course_lib.ps.messages import (
+    MESSAGE_TYPES,
+    Ack,
+    Aggregate,
+    Answer,
+    Bye,
+    Clock,
+    CopyBack,
+    Delta,
+    Done,
+    Flush,
+    Forward,
+    HandoffDone,
+    JoinAbort,
+    JoinRequest,
+    NextTask,
+    Precopy,
+    Pull,
+    Push,
+    RangeSum,
+    Slice,
+    SliceValues,
+    Switch,
+    Switched,
+    TaskFinished,
+    UnknownMessage,
+    decode,
+    encode,
+)
 
 
 # ---------------------------------------------------------------- ring and key ranges
@@ -142,6 +172,47 @@ def test_kkt_filter_drops_only_updates_that_keep_zero():
     eta = 0.3
     dropped = np.setdiff1d(keys, k)
     assert np.all(soft_threshold(w[dropped] - eta * g[dropped], eta * 0.1) == 0)
+
+
+# ---------------------------------------------------------------- messages
+def example_messages() -> list:
+    """One message of every kind, with payloads like the real ones."""
+    keys, values, tag = np.arange(4), np.ones(4), (1, 7, 0)
+    pushed = Slice(0, 2, keys, values)
+    return [Push(1, 7, 3, [pushed, Slice(1, 0, b"digest!!", values)], 0), Pull(1, 8, 3, [Slice(0, 2, keys, None)], 1),
+            Forward(1, 7, 3, [pushed], 0), Aggregate([RangeSum(2, keys, values.reshape(-1, 1), [tag], 3)]),
+            Ack(7, [0, 1]), Answer(8, [SliceValues(0, values)]), Clock(1, 4), Flush(), Done(1), JoinRequest(keys),
+            Precopy(0, keys, values, {tag}, True), Delta(tag, 3, keys, values), CopyBack(keys, values), Switch(),
+            Switched(1), HandoffDone(0), JoinAbort(), Bye(0), NextTask(), TaskFinished(5)]
+
+
+def test_every_message_kind_has_an_example():
+    assert sorted(type(m).__name__ for m in example_messages()) == sorted(t.__name__ for t in MESSAGE_TYPES)
+    assert len({t.kind for t in MESSAGE_TYPES}) == len(MESSAGE_TYPES)
+
+
+@pytest.mark.parametrize("msg", example_messages(), ids=lambda m: type(m).__name__)
+def test_a_message_survives_the_wire(msg):
+    wire = encode(msg)
+    assert wire[0] == msg.kind
+    back = decode(pickle.loads(pickle.dumps(wire, protocol=5)))
+    assert type(back) is type(msg)
+    assert pickle.dumps(encode(back), protocol=5) == pickle.dumps(wire, protocol=5)
+
+
+def test_a_message_travels_as_the_plain_tuple_of_its_fields():
+    """No class names on the wire: the byte counts are those of the payload."""
+    keys, values = np.arange(3), np.ones(3)
+    push = Push(1, 7, 2, [Slice(0, 5, keys, values)], 0)
+    assert pickle.dumps(encode(push), protocol=5) == pickle.dumps(("push", 1, 7, 2, [(0, 5, keys, values)], 0),
+                                                                  protocol=5)
+    assert encode(Ack(7, [0, 2])) == ("ack", 7, [0, 2]) and encode(JoinAbort()) == ("join_abort",)
+
+
+@pytest.mark.parametrize("wire", [("hello", 1), (), "push", 42, (7, 1)])
+def test_a_wire_object_of_no_known_kind_is_a_clear_error(wire):
+    with pytest.raises(UnknownMessage, match="not a parameter-server message"):
+        decode(wire)
 
 
 # ---------------------------------------------------------------- the SSP read gate

@@ -83,6 +83,28 @@ def train_async(X, y, n_workers: int = 3, n_updates: int = 200, lr: float = 0.05
     """
     import course_lib as cl
 
+    _check_settings(n_workers, n_updates, lr, policy, max_staleness, n_backup, batch_size, compute_dist)
+    X, y = _checked_data(X, y, n_workers)
+    kwargs = dict(n_updates=n_updates, lr=lr, policy=policy, max_staleness=max_staleness,
+                  n_backup=n_backup, batch_size=batch_size, seed=seed,
+                  compute_time=compute_time, compute_dist=compute_dist, apply=apply,
+                  step_size=step_size, loss_every=loss_every)
+    with contextlib.ExitStack() as stack:
+        if cluster is None:
+            # A star: workers have a Pipe to the server only, as in a real parameter server.
+            cluster = stack.enter_context(cl.Cluster(n_workers + 1, start_method=start_method,
+                                                     graph=nx.star_graph(n_workers)))
+        elif cluster.n_workers != n_workers + 1:
+            raise ValueError(f"the cluster has {cluster.n_workers} ranks; a parameter server "
+                             f"with {n_workers} workers needs n_workers + 1 = {n_workers + 1}")
+        X_sa = stack.enter_context(cl.SharedArray.from_array(X))
+        y_sa = stack.enter_context(cl.SharedArray.from_array(y))
+        res = cluster.run(run_ps, X_sa, y_sa, **kwargs, **_run_knobs(slow, faults, timeout))
+    return _result(res, policy, n_workers)
+
+
+def _check_settings(n_workers, n_updates, lr, policy, max_staleness, n_backup, batch_size, compute_dist) -> None:
+    """ValueError naming the first setting :func:`train_async` cannot run with."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     if policy == "drop" and (max_staleness is None or max_staleness < 0):
@@ -95,36 +117,32 @@ def train_async(X, y, n_workers: int = 3, n_updates: int = 200, lr: float = 0.05
         raise ValueError(f"need 0 <= n_backup < n_workers, got n_backup={n_backup}")
     if n_updates < 1 or lr <= 0 or batch_size < 1:
         raise ValueError("need n_updates >= 1, lr > 0 and batch_size >= 1")
+
+
+def _checked_data(X, y, n_workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """X (n, d) and y (n,) as contiguous float64, with at least one row per worker."""
     X = np.ascontiguousarray(X, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.float64)
     if X.ndim != 2 or y.shape != (X.shape[0],):
         raise ValueError(f"X must be (n, d) and y (n,), got {X.shape} and {y.shape}")
     if len(y) < n_workers:
         raise ValueError("need at least one row per worker")
+    return X, y
 
-    kwargs = dict(n_updates=n_updates, lr=lr, policy=policy, max_staleness=max_staleness,
-                  n_backup=n_backup, batch_size=batch_size, seed=seed,
-                  compute_time=compute_time, compute_dist=compute_dist, apply=apply,
-                  step_size=step_size, loss_every=loss_every)
+
+def _run_knobs(slow, faults, timeout: float) -> dict:
+    """The ``cluster.run`` keywords: with faults, the server carries on past a dead worker."""
     knobs = dict(timeout=timeout)
     if slow:
         knobs["slow"] = slow
     if faults:
         knobs["faults"] = faults
         knobs["on_failure"] = "continue"
+    return knobs
 
-    X_sa = y_sa = None
-    with contextlib.ExitStack() as stack:
-        if cluster is None:
-            # A star: workers have a Pipe to the server only, as in a real parameter server.
-            cluster = stack.enter_context(cl.Cluster(n_workers + 1, start_method=start_method,
-                                                     graph=nx.star_graph(n_workers)))
-        elif cluster.n_workers != n_workers + 1:
-            raise ValueError(f"the cluster has {cluster.n_workers} ranks; a parameter server "
-                             f"with {n_workers} workers needs n_workers + 1 = {n_workers + 1}")
-        X_sa = stack.enter_context(cl.SharedArray.from_array(X))
-        y_sa = stack.enter_context(cl.SharedArray.from_array(y))
-        res = cluster.run(run_ps, X_sa, y_sa, **kwargs, **knobs)
+
+def _result(res, policy: str, n_workers: int) -> PSResult:
+    """The server's (rank 0's) answer as a :class:`PSResult`."""
     out = res[0]
     if out is None:
         raise RuntimeError(f"the server (rank 0) failed: {res.failures.get(0)!r}")

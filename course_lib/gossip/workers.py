@@ -120,38 +120,52 @@ def centralised_sgd_worker(comm, X, y, shards, steps: int, lr: float, batch: int
     The server returns the trajectory of w, one row per n applied gradients.
     """
     X, y = np.asarray(X), np.asarray(y)
-    n, d = comm.size - 1, X.shape[1]
-    if comm.rank == 0:
-        w = np.zeros(d)
-        traj = [w.copy()]
-        if not asynchronous:
-            for t in range(steps):
-                for k in range(1, n + 1):
-                    comm.send(w, k)
-                gs = [comm.recv(source=k) for k in range(1, n + 1)]
-                with comm.compute("update"):
-                    acc = gs[0].copy()
-                    for g in gs[1:]:
-                        acc = acc + g
-                    w = w - lr * acc / n
-                traj.append(w.copy())
-        else:
-            for k in range(1, n + 1):
-                comm.send(w, k)
-            for u in range(1, steps * n + 1):
-                src, g = comm.recv_any()
-                with comm.compute("update"):
-                    w = w - lr * g / n          # same step per sample as the sync run
-                if u % n == 0:
-                    traj.append(w.copy())
-                if u <= steps * n - n:          # enough work left for this worker
-                    comm.send(w, src)
-            # Everyone gets a last message: None means stop.
+    if comm.rank != 0:
+        return _gradient_worker(comm, X, y, shards[comm.rank - 1], batch, node_rng(seed, comm.rank - 1))
+    serve = _serve_asynchronously if asynchronous else _serve_synchronously
+    traj = serve(comm, np.zeros(X.shape[1]), steps, lr)
+    for k in range(1, comm.size):  # everyone gets a last message: None means stop
+        comm.send(None, k)
+    return np.array(traj)
+
+
+def _serve_synchronously(comm, w, steps: int, lr: float) -> list:
+    """w <- w - lr * (g_1 + ... + g_n) / n, the gradients of w added in rank order; w after each step."""
+    n = comm.size - 1
+    traj = [w.copy()]
+    for _ in range(steps):
         for k in range(1, n + 1):
-            comm.send(None, k)
-        return np.array(traj)
-    rng = node_rng(seed, comm.rank - 1)
-    shard = shards[comm.rank - 1]
+            comm.send(w, k)
+        gs = [comm.recv(source=k) for k in range(1, n + 1)]
+        with comm.compute("update"):
+            acc = gs[0].copy()
+            for g in gs[1:]:
+                acc = acc + g
+            w = w - lr * acc / n
+        traj.append(w.copy())
+    return traj
+
+
+def _serve_asynchronously(comm, w, steps: int, lr: float) -> list:
+    """w <- w - lr * g / n for each gradient as it arrives, ``steps * n`` of them; w after every n."""
+    n = comm.size - 1
+    total = steps * n
+    traj = [w.copy()]
+    for k in range(1, n + 1):
+        comm.send(w, k)
+    for u in range(1, total + 1):
+        src, g = comm.recv_any()
+        with comm.compute("update"):
+            w = w - lr * g / n          # same step per sample as the sync run
+        if u % n == 0:
+            traj.append(w.copy())
+        if u <= total - n:              # enough work left for this worker
+            comm.send(w, src)
+    return traj
+
+
+def _gradient_worker(comm, X, y, shard, batch: int, rng) -> None:
+    """Answer every w from the server with a minibatch gradient on ``shard``, until None."""
     while True:
         w = comm.recv(source=0)
         if w is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import cloudpickle
 import numpy as np
@@ -32,10 +33,8 @@ def timed_worker(w, idx, val, y, order, lr, lock=None):
     Returns ``{"n": count, "spans": (count, 2) array of perf_counter (read, written)}``, from
     which :func:`collisions` counts the updates that overlapped a conflicting one.
     """
-    import time as _time
-
     spans = np.empty((len(order), 2))
-    clock = _time.perf_counter
+    clock = time.perf_counter
     for k, i in enumerate(order):
         one = (i,)
         if lock is None:
@@ -88,6 +87,17 @@ def locked_worker(w, idx, val, y, order, lr, lock):
     return len(order)
 
 
+class _Report(NamedTuple):
+    """What a worker process sends back: ``("ok", rank, start, end, count)`` or
+    ``("error", rank, repr(exception), traceback, None)``."""
+
+    status: str
+    rank: int
+    start: float | str    # perf_counter at the start (the exception's repr on error)
+    end: float | str      # perf_counter at the end (the traceback on error)
+    updates: object       # the worker's return value: a count, or timed_worker's dict
+
+
 def _entry(payload, rank, lock, barrier, conn):
     """Child process: attach the shared arrays, wait for the others, run the worker loop."""
     try:
@@ -109,15 +119,22 @@ def _entry(payload, rank, lock, barrier, conn):
 
 @dataclass
 class HogwildResult:
+    """What a Hogwild! run measured (times in seconds since the first worker started)."""
+
     w: np.ndarray
-    loss: float
-    wall_time: float       # first start to last finish, seconds
-    worker_times: list     # (start, end) per worker, seconds since the first start
+    final_loss: float      # sparse_loss at the final w
+    wall_time: float       # first start to last finish
+    worker_times: list     # (start, end) per worker
     n_updates: int
     locked: bool
     n_workers: int
-    spans: list = None     # per worker, (read, written) times of each update (timed_worker only)
-    samples: list = None   # per worker, the samples it visited, in order
+    spans: list | None = None     # per worker, (read, written) times of each update (timed_worker only)
+    samples: list | None = None   # per worker, the samples it visited, in order
+
+    @property
+    def loss(self) -> float:
+        """:attr:`final_loss`, under the name the lesson 03 notebook and its question use."""
+        return self.final_loss
 
 
 def _context(start_method):
@@ -151,57 +168,81 @@ def run_hogwild(problem: SparseProblem, n_workers: int = 2, n_updates: int = 200
         worker = locked_worker if lock else hogwild_worker
     ctx = _context(start_method)
     order = sample_order(problem.n, n_updates, seed)
+    samples = [order[r::n_workers] for r in range(n_workers)]
     arrays = [SharedArray.create(problem.d, np.float64, fill=0.0),
               SharedArray.from_array(problem.idx), SharedArray.from_array(problem.val),
               SharedArray.from_array(problem.y)]
-    lk = ctx.Lock() if lock else None
-    barrier = ctx.Barrier(n_workers)
-    procs, conns = [], []
     try:
-        for r in range(n_workers):
-            payload = cloudpickle.dumps((worker, *arrays, order[r::n_workers], lr))
-            recv_end, send_end = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_entry, args=(payload, r, lk, barrier, send_end),
-                            name=f"hogwild-{r}", daemon=True)
-            p.start()
-            send_end.close()
-            procs.append(p)
-            conns.append(recv_end)
-        deadline = time.monotonic() + timeout
-        reports = []
-        for r, c in enumerate(conns):
-            left = deadline - time.monotonic()
-            if not c.poll(max(left, 0)):
-                raise TimeoutError(f"Hogwild! worker {r} still running after {timeout} s")
-            try:
-                reports.append(c.recv())
-            except EOFError:
-                procs[r].join(1)
-                raise RuntimeError(f"Hogwild! worker {r} died (exit code {procs[r].exitcode})")
-        for kind, r, a, b, _ in reports:
-            if kind == "error":
-                raise RuntimeError(f"Hogwild! worker {r} raised {a}\n{b}")
+        reports = _run_workers(ctx, worker, arrays, samples, lr, lock, timeout)
         w = arrays[0].array.copy()
     finally:
-        for p in procs:
-            p.join(timeout=2)
-            if p.is_alive():
-                p.terminate()
-                p.join(2)
-        for c in conns:
-            c.close()
         for a in arrays:
             a.release()
-    t_first = min(rep[2] for rep in reports)
+    return _result(reports, samples, w, problem, lock)
+
+
+def _run_workers(ctx, worker, arrays, samples, lr, lock, timeout) -> list[_Report]:
+    """One process per entry of ``samples``, started together (a barrier); their reports, in rank order."""
+    shared_lock = ctx.Lock() if lock else None
+    barrier = ctx.Barrier(len(samples))
+    procs, conns = [], []
+    try:
+        for r, mine in enumerate(samples):
+            payload = cloudpickle.dumps((worker, *arrays, mine, lr))
+            recv_end, send_end = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_entry, args=(payload, r, shared_lock, barrier, send_end),
+                            name=f"hogwild-{r}", daemon=True)
+            p.start()
+            send_end.close()  # the child holds the only send end: EOF here means it died
+            procs.append(p)
+            conns.append(recv_end)
+        return _collect_reports(procs, conns, timeout)
+    finally:
+        _stop(procs, conns)
+
+
+def _collect_reports(procs, conns, timeout) -> list[_Report]:
+    """Every worker's report within ``timeout`` seconds in all; the first failure raises."""
+    deadline = time.monotonic() + timeout
+    reports = []
+    for r, c in enumerate(conns):
+        if not c.poll(max(deadline - time.monotonic(), 0)):
+            raise TimeoutError(f"Hogwild! worker {r} still running after {timeout} s")
+        try:
+            reports.append(_Report(*c.recv()))
+        except EOFError:
+            procs[r].join(1)
+            raise RuntimeError(f"Hogwild! worker {r} died (exit code {procs[r].exitcode})") from None
+    for rep in reports:
+        if rep.status == "error":
+            raise RuntimeError(f"Hogwild! worker {rep.rank} raised {rep.start}\n{rep.end}")
+    return reports
+
+
+def _stop(procs, conns) -> None:
+    """Join the workers (terminating any still alive after 2 s) and close the pipes."""
+    for p in procs:
+        p.join(timeout=2)
+        if p.is_alive():
+            p.terminate()
+            p.join(2)
+    for c in conns:
+        c.close()
+
+
+def _result(reports: list[_Report], samples, w, problem: SparseProblem, lock: bool) -> HogwildResult:
+    """Times relative to the first start; timed_worker's dicts split into counts and spans."""
+    t_first = min(rep.start for rep in reports)
     spans = None
-    if all(isinstance(rep[4], dict) for rep in reports):  # timed_worker
-        spans = [rep[4]["spans"] - t_first for rep in reports]
-        reports = [rep[:4] + (rep[4]["n"],) for rep in reports]
-    return HogwildResult(spans=spans, samples=[order[r::n_workers] for r in range(n_workers)],
-        w=w, loss=sparse_loss(problem.idx, problem.val, problem.y, w),
-        wall_time=max(rep[3] for rep in reports) - t_first,
-        worker_times=[(rep[2] - t_first, rep[3] - t_first) for rep in reports],
-        n_updates=sum(rep[4] for rep in reports), locked=lock, n_workers=n_workers)
+    if all(isinstance(rep.updates, dict) for rep in reports):  # timed_worker
+        spans = [rep.updates["spans"] - t_first for rep in reports]
+        reports = [rep._replace(updates=rep.updates["n"]) for rep in reports]
+    return HogwildResult(
+        w=w, final_loss=sparse_loss(problem.idx, problem.val, problem.y, w),
+        wall_time=max(rep.end for rep in reports) - t_first,
+        worker_times=[(rep.start - t_first, rep.end - t_first) for rep in reports],
+        n_updates=sum(rep.updates for rep in reports), locked=lock, n_workers=len(reports),
+        spans=spans, samples=samples)
 
 
 def run_serial(problem: SparseProblem, n_updates: int = 20000, lr: float = 0.5, seed: int = 0):

@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test bench exercises grade clean-shm setup
+.PHONY: lab test test-fast test-all bench exercises grade clean-shm setup
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,27 @@ $(MPI_STAMP): $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/ $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
+# Tests run in TEST_JOBS processes (pytest-xdist); the tests of one notebook, of the grader's batch
+# and of the browser each stay in one process (xdist_group), so each heavy run happens once.
+TEST_JOBS ?= 3
+XDIST := -n $(TEST_JOBS) --dist loadgroup
+
+# What CI runs: lint, then every test (5 minutes on 2 cores).
 test: $(STAMP) $(MPI_STAMP)
-	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest tests $(XDIST) $(PYTEST_ARGS)
+
+# Under a minute: lint and the unit tests, without notebooks, the grader's batch or a browser.
+test-fast: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest tests $(XDIST) -m "not slow and not browser" $(PYTEST_ARGS)
+
+# The long sweep (about 25 minutes): every lesson notebook under every start method, every wrong
+# answer through the grader's sandbox, 64 workers failing under spawn and forkserver.
+test-all: $(STAMP) $(MPI_STAMP)
+	$(BIN)/ruff check .
+	COURSE_NOTEBOOK_METHODS=default,spawn,forkserver COURSE_ALL_FIXTURES=1 COURSE_FAULT_WORKERS=64 \
+		$(BIN)/python -m pytest tests $(XDIST) $(PYTEST_ARGS)
 
 bench: $(STAMP) $(MPI_STAMP)
 	$(BIN)/python -m benchmarks

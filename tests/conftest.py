@@ -1,15 +1,56 @@
-"""Shared pytest hooks.
+"""Shared pytest hooks and fixtures.
 
 Exercises: one marker per question id (``pytest -m ex00_1``), and ``--notebooks DIR`` to say
 which notebooks the per-question tests grade (default: ``solutions/`` when it exists, else
 ``exercises/``; students run ``pytest -m ex00_1 --notebooks exercises``).
 """
 
+from pathlib import Path
+
+import pytest
+from common import ExecutedNotebook, execute_notebook
+
+
+@pytest.fixture(scope="session")
+def executed_notebook():
+    """``executed_notebook(path, start_method="default")``: the notebook executed headless once
+    per test process, shared by every test that checks it. Tests of one notebook carry
+    ``pytest.mark.xdist_group(<notebook stem>)`` so that, under ``pytest -n``, one process runs
+    them all and the notebook executes once."""
+    runs: dict[tuple[Path, str], ExecutedNotebook] = {}
+
+    def get(path: Path, start_method: str = "default") -> ExecutedNotebook:
+        key = (Path(path), start_method)
+        if key not in runs:
+            runs[key] = execute_notebook(*key)
+        return runs[key]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def cluster5():
+    """Five workers, started once per test module that asks for them."""
+    import course_lib as cl
+
+    with cl.Cluster(5) as cluster:
+        yield cluster
+
 
 def pytest_addoption(parser):
     parser.addoption("--notebooks", default=None,
                      help="folder of NN_name.ipynb notebooks graded by the per-question tests "
                           "(default: solutions/, else exercises/)")
+
+
+# Tests that need these fixtures run notebooks or the grader's sandbox: `make test-fast` leaves them out.
+_SLOW_FIXTURES = {"executed_notebook", "batch", "lesson_grades"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_configure(config):

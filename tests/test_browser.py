@@ -35,7 +35,7 @@ OPEN_TIMEOUT = 60.0  # page load + kernel start on a busy 2-core machine
 RUN_TIMEOUT = 120.0  # a lesson executes in < 60 s headless; the browser and a busy machine add to it
 SLIDER_TIMEOUT = 30.0
 
-pytestmark = [pytest.mark.browser]
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]  # one JupyterLab server for all
 
 
 # Known student-facing bugs found by this test, reported to the lessons' authors:

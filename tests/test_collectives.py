@@ -205,12 +205,6 @@ def test_cost_model_crossover_tree_small_ring_large():
 
 
 # -- real processes ------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def cluster5():
-    with cl.Cluster(5) as c:
-        yield c
-
-
 def _all_algorithms_on_comm(comm, n):
     """Every collective and algorithm through the communicator; returns, per call, the
     result and the bytes/messages this rank sent during it (from the runtime's counters)."""
@@ -552,18 +546,3 @@ def test_chunking_matches_array_split():
     for n in range(0, 20):
         for p in range(1, 9):
             assert chunk_sizes(n, p) == [len(c) for c in np.array_split(np.zeros(n), p)]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("path", ["notebooks/02_collectives.ipynb", "solutions/02_collectives.ipynb"])
-def test_lesson_notebooks_execute(path):
-    import nbformat
-    from nbclient import NotebookClient
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    nb = nbformat.read(os.path.join(root, path), as_version=4)
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks without outputs"
-    NotebookClient(nb, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": os.path.join(root, os.path.dirname(path))}}).execute()
-    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "Traceback" not in text

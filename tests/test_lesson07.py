@@ -7,56 +7,32 @@ carry margins; timing is only ever compared as ratios measured in the same run.
 """
 from __future__ import annotations
 
-import json
-import pathlib
-import time
-
-import nbformat
 import pytest
+from common import NOTEBOOK_BUDGET_S, NOTEBOOKS, needs_mpi
 
-from course_lib.allreduce_bench import SIZES, mpiexec_path
+from course_lib.allreduce_bench import SIZES
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-NOTEBOOK = ROOT / "notebooks" / "07_beyond_one_machine.ipynb"
-BUDGET_S = 60
+NOTEBOOK = NOTEBOOKS / "07_beyond_one_machine.ipynb"
 KB, MB = 2 ** 10, 2 ** 20
-MARKER = "TABLE_JSON="
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(NOTEBOOK.stem)]
 
 
 @pytest.fixture(scope="module")
-def run():
-    """Execute the notebook once; return (table, seconds, text of its markdown)."""
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    nb.cells.append(nbformat.v4.new_code_cell(
-        "import json\n"
-        f"print({MARKER!r} + json.dumps([[list(k) if isinstance(k, tuple) else k, v] for k, v in table.items()]))"))
-    client = NotebookClient(nb, timeout=240, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-    t = time.perf_counter()
-    client.execute()
-    seconds = time.perf_counter() - t
-    out = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
-    pairs = json.loads(out[out.index(MARKER) + len(MARKER):])
-    table = {tuple(k) if isinstance(k, list) else k: v for k, v in pairs}
-    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    return table, seconds, text, printed
+def run(executed_notebook):
+    """The notebook executed once (shared with tests/test_notebooks.py): (table, seconds,
+    text of its markdown, what it printed)."""
+    ran = executed_notebook(NOTEBOOK)
+    return ran.values["table"], ran.seconds, ran.markdown, ran.printed
 
 
 def best(table, engine, p, size):
     return table[(engine, p)][SIZES.index(size)]["best"]
 
 
-needs_mpi = pytest.mark.skipif(mpiexec_path() is None, reason="the mpi extra is not installed")
-
-
 def test_runs_headless_within_the_budget(run):
     table, seconds, _, _ = run
-    assert seconds < BUDGET_S, f"lesson 07 took {seconds:.0f} s (budget {BUDGET_S} s)"
+    assert seconds < NOTEBOOK_BUDGET_S, f"lesson 07 took {seconds:.0f} s (budget {NOTEBOOK_BUDGET_S} s)"
     assert table["sizes"] == SIZES
 
 

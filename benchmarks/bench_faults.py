@@ -1,0 +1,65 @@
+"""Failure latency: how long a worker's error, death or hang takes to reach the parent.
+
+The promise (developers' guide): a worker that raises, dies or hangs gives a clear error naming
+its rank within 2 s, under fork, spawn and forkserver. The tests check the mechanism (the error
+comes through the failure path, long before the run's own timeout); the number lives here,
+measured on a quiet machine. ``python -m benchmarks.bench_faults``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+
+TARGET_S = 2.0
+
+
+def _noop(comm):
+    return comm.rank
+
+
+def _raise_on(comm, raising):
+    if comm.rank in raising:
+        raise ValueError(f"rank {comm.rank} fails on purpose")
+    time.sleep(30)  # the others are busy: only the failure path can end the run early
+
+
+def _die_on(comm, rank):
+    if comm.rank == rank:
+        os._exit(3)
+    time.sleep(30)
+
+
+def _latencies(n: int, start_method: str) -> dict[str, float]:
+    from course_lib import Cluster, WorkerError, WorkerTimeout
+
+    out = {}
+    with Cluster(n, start_method=start_method, timeout=60) as cluster:
+        cluster.run(_noop)  # warm up: workers import this module once
+        for label, fn, arg in (("one raises", _raise_on, [n // 2]), ("all raise", _raise_on, list(range(n))),
+                               ("one dies", _die_on, n - 1)):
+            t0 = time.time()
+            try:
+                cluster.run(fn, arg)
+            except WorkerError as err:
+                raised = re.search(r"raised at (\d+\.\d+)", str(err))
+                out[label] = time.time() - (float(raised.group(1)) if raised else t0)
+        t0 = time.time()
+        try:
+            cluster.run(_raise_on, [], timeout=1.0)
+        except WorkerTimeout:
+            out["hang past a 1 s timeout"] = time.time() - t0 - 1.0
+    return out
+
+
+def run() -> None:
+    print(f"{'start method':<12} {'workers':>7}  {'case':<26} {'seconds':>8}  target < {TARGET_S:g} s")
+    for start_method, sizes in (("fork", (8, 64)), ("spawn", (8, 64)), ("forkserver", (8, 64))):
+        for n in sizes:
+            for case, seconds in _latencies(n, start_method).items():
+                verdict = "ok" if seconds < TARGET_S else "SLOW"
+                print(f"{start_method:<12} {n:>7}  {case:<26} {seconds:8.2f}  {verdict}", flush=True)
+
+
+if __name__ == "__main__":
+    run()

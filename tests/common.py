@@ -1,0 +1,133 @@
+"""What several test files share: the checkout's folders, the MPI skip mark, fixture headers,
+and each lesson notebook executed once per test process (``executed_notebook``)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_lib.allreduce_bench import mpiexec_path
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS, SOLUTIONS, EXERCISES = REPO / "notebooks", REPO / "solutions", REPO / "exercises"
+FIXTURES = REPO / "tests" / "fixtures"
+
+HAVE_MPI = mpiexec_path() is not None and importlib.util.find_spec("mpi4py") is not None
+needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py or mpiexec is not installed (pip install '.[mpi]')")
+
+NOTEBOOK_BUDGET_S = 60   # the course's promise: each notebook executes headless within this on 2 cores
+NOTEBOOK_TIMEOUT_S = 240  # a hard stop per cell, well beyond the budget, for loaded CI machines
+
+
+def fixture_header(path: Path) -> dict[str, list[str]]:
+    """The ``# key: value`` lines of an answer fixture (base, action, expect, expect-note,
+    expect-message), each key with its values in order."""
+    out: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"^#\s*(base|action|expect|expect-note|expect-message):\s*(.*)$", line)
+        if m:
+            out.setdefault(m.group(1), []).append(m.group(2).strip())
+    return out
+
+
+def expected_points(path: Path) -> dict[str, float]:
+    """A fixture's ``# expect: ex00_1=0 ex00_2=2`` lines as {question id: points}."""
+    pairs = " ".join(fixture_header(path).get("expect", [])).split()
+    return {qid: float(points) for qid, _, points in (kv.partition("=") for kv in pairs)}
+
+
+# -- a notebook, executed as a student runs it ------------------------------------------------
+# The last cell pickles the notebook's top-level values (what pickles, under 50 MB each) so a
+# test can check each sentence of the text on the numbers the run itself produced.
+_DUMP_CELL = """
+import pickle as _pickle, types as _types
+_values = {}
+for _name, _value in list(globals().items()):
+    if _name.startswith("_") or _name in ("In", "Out", "exit", "quit", "get_ipython"):
+        continue
+    if isinstance(_value, (_types.ModuleType, _types.FunctionType, type)):
+        continue
+    try:
+        _blob = _pickle.dumps(_value)
+    except Exception:
+        continue
+    if len(_blob) < 50_000_000:
+        _values[_name] = _value
+with open(__DUMP_PATH__, "wb") as _f:
+    _pickle.dump(_values, _f)
+"""
+
+
+@dataclass
+class ExecutedNotebook:
+    path: Path
+    notebook: nbformat.NotebookNode   # with its outputs
+    seconds: float                    # wall time of the notebook's own cells
+    values: dict = field(repr=False)  # its top-level values after the last cell
+
+    @property
+    def markdown(self) -> str:
+        return "\n".join(c.source for c in self.notebook.cells if c.cell_type == "markdown")
+
+    @property
+    def printed(self) -> str:
+        """Everything its code cells printed (stream outputs), in order."""
+        return "".join(o.get("text", "") for c in self.notebook.cells if c.cell_type == "code"
+                       for o in c.outputs)
+
+    @property
+    def errors(self) -> list[str]:
+        return [f"{o.ename}: {o.evalue}" for c in self.notebook.cells if c.cell_type == "code"
+                for o in c.outputs if o.output_type == "error"]
+
+
+def execute_notebook(path: Path, start_method: str = "default") -> ExecutedNotebook:
+    """Execute ``path`` headless (nbclient, in its own folder), as a student would, under
+    ``start_method`` ("default" keeps the platform's); time its cells; read its values back."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    n_cells = len(nb.cells)
+    fd, dump = tempfile.mkstemp(suffix=".pkl", prefix="notebook_values_")
+    os.close(fd)
+    nb.cells.append(nbformat.v4.new_code_cell(_DUMP_CELL.replace("__DUMP_PATH__", repr(dump))))
+    env = dict(os.environ)
+    if start_method != "default":
+        env["COURSE_START_METHOD"] = start_method  # read by course_lib in the kernel
+    client = NotebookClient(nb, timeout=NOTEBOOK_TIMEOUT_S, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    try:
+        with _environment(env):
+            t0 = time.perf_counter()
+            client.execute()
+            seconds = time.perf_counter() - t0
+        with open(dump, "rb") as f:
+            values = pickle.load(f)
+    finally:
+        os.unlink(dump)
+    nb.cells = nb.cells[:n_cells]
+    return ExecutedNotebook(path, nb, seconds, values)
+
+
+class _environment:
+    """``os.environ`` replaced for the duration of a ``with`` (the kernel inherits it)."""
+
+    def __init__(self, env: dict):
+        self.env, self.saved = env, None
+
+    def __enter__(self):
+        self.saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(self.env)
+
+    def __exit__(self, *exc):
+        os.environ.clear()
+        os.environ.update(self.saved)

@@ -485,7 +485,7 @@ def _joiner_alone(cfg, dead=()):
     """The joiner's side of a join in this process: its messages are recorded in ``J.sent``."""
     J = SimpleNamespace(me=cfg.joiner, store=np.zeros((cfg.n_keys, 1)), dead=set(dead), done=np.zeros(2, bool),
                         applied=set(), sent=[])
-    J.send = lambda obj, dest: J.sent.append((obj, dest)) or True
+    J.send = lambda msg, dest: J.sent.append((msg, dest)) or True
     J.write = lambda k, v, clock: np.add.at(J.store, k, v)
     return J, JoinSide(J, cfg, cfg.rings())
 
@@ -536,7 +536,7 @@ def test_a_join_with_a_range_already_lost_is_abandoned_and_everyone_hears_it():
     side.on_clock(np.array([cfg.join_at, 0.0]))
     assert side.stats["aborted"] and not side.stats["switched"]
     live = sorted(set(range(cfg.size)) - J.dead - {cfg.joiner})
-    assert sorted(dest for obj, dest in sent if obj == ("join_abort",)) == live
+    assert sorted(dest for msg, dest in sent if isinstance(msg, JoinAbort)) == live
 
 
 @pytest.mark.parametrize("replicas", [0, 1])

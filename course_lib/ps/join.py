@@ -42,9 +42,12 @@ and ``replicate="push"``.
 """
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from .consistency import INF
+from .messages import Bye, CopyBack, Delta, HandoffDone, JoinAbort, JoinRequest, Message, Precopy, Switch, Tag
 
 
 def check_config(cfg) -> None:
@@ -64,11 +67,23 @@ def moving_keys(cfg) -> np.ndarray:
     return holds[r1.arcs(np.arange(cfg.n_keys))]
 
 
-class JoinSide:
-    """What one server process does for the join. ``server`` is the serving loop's state:
-    ``me, store, dead, done, applied, send(obj, dest), write(keys, v, clock)``."""
+class ServerState(Protocol):
+    """What the join needs of the server process it runs in (:class:`.server.Server`)."""
+    me: int                    # this server's rank
+    store: np.ndarray          # (n_keys, val_len) parameters
+    dead: set[int]             # ranks known dead
+    done: np.ndarray           # per worker: finished (or dead)
+    applied: set[Tag]          # tags of the updates in the store
 
-    def __init__(self, server, cfg, rings):
+    def send(self, msg: Message, dest: int) -> bool: ...
+
+    def write(self, keys: np.ndarray, values: np.ndarray, clock: int) -> None: ...
+
+
+class JoinSide:
+    """What one server process does for the join, on the state of its ``server``."""
+
+    def __init__(self, server: ServerState, cfg, rings):
         self.s, self.cfg, self.rings = server, cfg, rings
         self.J = cfg.joiner
         self.active = self.J >= 0
@@ -110,7 +125,7 @@ class JoinSide:
         for r in self.others:
             if r not in self.s.dead:
                 self.owed.add(r)
-                self.s.send(("join_req", keys[heads == r]), r)
+                self.s.send(JoinRequest(keys[heads == r]), r)
 
     def _old_heads(self, keys) -> np.ndarray:
         """Live R0 head of each key (-1: every copy is dead)."""
@@ -139,7 +154,7 @@ class JoinSide:
         self.stats["switched"] = True
         for w in range(self.cfg.n_workers):
             if not self.s.done[w]:
-                self.s.send(("switch",), self.cfg.n_servers + w)
+                self.s.send(Switch(), self.cfg.worker_rank(w))
 
     def on_delta(self, tag, clock, keys, values) -> None:
         if self.stats["aborted"]:
@@ -189,7 +204,7 @@ class JoinSide:
         if self.J in self.s.dead or self.stats["aborted"]:
             self.outbox.clear()
             return
-        self.s.send(("precopy", self.s.me, keys, self.s.store[keys].copy(), new, not self.outbox), self.J)
+        self.s.send(Precopy(self.s.me, keys, self.s.store[keys].copy(), new, not self.outbox), self.J)
 
     def after_apply(self, tag, clock, keys, values, epoch, chain) -> None:
         """Called as a server applies a new update that came straight from a worker, before it goes
@@ -200,7 +215,7 @@ class JoinSide:
         if epoch == 0 and self.started and not self.is_joiner:
             m = self.moving[keys]
             if m.any():
-                self.s.send(("delta", tag, clock, keys[m], values[m]), self.J)
+                self.s.send(Delta(tag, clock, keys[m], values[m]), self.J)
                 self.stats["phase2_msgs"] += 1
                 self.stats["phase2_keys"] += int(m.sum())
         elif epoch == 1 and self.is_joiner and len(self.handed) < len(self.others):
@@ -209,7 +224,7 @@ class JoinSide:
             for h in np.unique(heads).tolist():
                 if h >= 0 and h not in chain and h not in self.handed:
                     sel = heads == h
-                    self.s.send(("back", keys[m][sel], values[m][sel]), h)
+                    self.s.send(CopyBack(keys[m][sel], values[m][sel]), h)
                     self.stats["back_msgs"] += 1
 
     def on_switched(self, w) -> None:
@@ -220,7 +235,7 @@ class JoinSide:
         if (self.active and not self.is_joiner and self.started and not self.reported
                 and all(self.s.done[w] or w in self.switched for w in range(self.cfg.n_workers))):
             self.reported = True
-            self.s.send(("handoff_done", self.s.me), self.J)
+            self.s.send(HandoffDone(self.s.me), self.J)
 
     def on_peer_died(self, p) -> None:
         if (self.active and self.is_joiner and p < self.cfg.n_servers and self.stats["requested"]
@@ -232,9 +247,9 @@ class JoinSide:
         self.stats["aborted"] = True
         self.owed.clear()
         self.held.clear()
-        for r in self.others + [self.cfg.n_servers + w for w in range(self.cfg.n_workers)]:
+        for r in self.others + [self.cfg.worker_rank(w) for w in range(self.cfg.n_workers)]:
             if r not in self.s.dead:
-                self.s.send(("join_abort",), r)
+                self.s.send(JoinAbort(), r)
 
     def on_abort(self) -> None:
         self.started = False                       # no more deltas, no snapshot, no hand-off report
@@ -250,4 +265,4 @@ class JoinSide:
 
     def bye(self) -> None:
         if self.active and not self.is_joiner and self.J not in self.s.dead:
-            self.s.send(("bye", self.s.me), self.J)
+            self.s.send(Bye(self.s.me), self.J)

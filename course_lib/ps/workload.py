@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .config import PSConfig
 from .consistency import ssp_violations
 from .filters import kkt_filter, significantly_modified
-from .node import PSConfig, gather_store, ps_node
+from .node import gather_store, ps_node
 
 
 @dataclass

@@ -8,6 +8,7 @@ which notebooks the per-question tests grade (default: ``solutions/`` when it ex
 from pathlib import Path
 
 import pytest
+
 from common import ExecutedNotebook, execute_notebook
 
 

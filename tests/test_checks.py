@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import os
-import re
 from pathlib import Path
 
 import nbformat
@@ -23,9 +22,8 @@ from course_lib.grading import all_questions, load_lesson, run_question
 from course_lib.grading.regions import BEGIN_RE, lesson_of_path, replace_region_in_notebook
 from course_lib.grading.registry import DEFAULT_HIDDEN_DIR, get_question
 
-REPO = Path(__file__).resolve().parents[1]
-SOLUTIONS, EXERCISES = REPO / "solutions", REPO / "exercises"
-FIXTURES = REPO / "tests" / "fixtures"
+from common import EXERCISES, FIXTURES, REPO, SOLUTIONS, expected_points
+
 QUESTIONS_DIR = REPO / "course_lib" / "questions"
 WRONG = sorted((FIXTURES / "wrong_answers").glob("ex[0-9][0-9]_*__*.py"))
 CORRECT = sorted((FIXTURES / "correct_alternatives").glob("ex[0-9][0-9]_*__*.py"))
@@ -134,18 +132,6 @@ def lesson(lesson_id: str) -> Lesson:
     return _LESSONS[lesson_id]
 
 
-def header(path: Path) -> dict:
-    """The ``# expect: ex00_1=0 ex00_2=2`` line(s) of a fixture, as {qid: points}."""
-    out = {}
-    for line in path.read_text().splitlines():
-        m = re.match(r"^#\s*expect:\s*(.*)$", line)
-        if m:
-            for kv in m.group(1).split():
-                k, _, v = kv.partition("=")
-                out[k] = float(v)
-    return out
-
-
 def changed_names(before: dict, after: dict) -> set:
     return {k for k in after if not k.startswith("__") and (k not in before or after[k] is not before[k])}
 
@@ -178,7 +164,7 @@ def _fixture_expectations(path: Path, qid: str, full: bool):
     want = {k: q.points for k, q in les.questions.items()}
     if not full:
         want[qid] = 0.0
-    got = header(path)
+    got = expected_points(path)
     assert got == want, f"{path.name}: its '# expect:' header should list every question of lesson {qid[2:4]}: {want}"
     return les
 

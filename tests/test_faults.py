@@ -21,10 +21,11 @@ import time
 import networkx as nx
 import numpy as np
 import pytest
-from runtime_checks import assert_clean, mapped_by, our_segments, semaphores_mapped_by, shm_rss_kb, worker_children
 
 from course_lib import Cluster, Fault, SharedArray, WorkerError
 from course_lib.runtime import shm
+
+from runtime_checks import assert_clean, mapped_by, our_segments, semaphores_mapped_by, shm_rss_kb, worker_children
 
 METHODS = ["fork", "spawn", "forkserver"]
 PYTHON = sys.executable

@@ -33,11 +33,11 @@ from course_lib.grading.regions import RegionError, lesson_of_path, replace_regi
 from course_lib.grading.registry import DEFAULT_HIDDEN_DIR
 from course_lib.grading.sandbox import Limits
 
+from common import EXERCISES, FIXTURES, REPO, SOLUTIONS, expected_points
+from common import fixture_header as header
+
 pytestmark = pytest.mark.xdist_group("grading")  # one process grades the batch every test here reads
 
-REPO = Path(__file__).resolve().parents[1]
-SOLUTIONS, EXERCISES = REPO / "solutions", REPO / "exercises"
-FIXTURES = REPO / "tests" / "fixtures"
 LIMITS = Limits()   # the defaults an instructor gets: cells 20 s, each question its own limit (<= 20 s)
 # For the misbehaving ones: short limits, longer where every Cluster start re-imports Python (spawn, forkserver).
 _FORK = __import__("course_lib").default_start_method() == "fork"
@@ -72,16 +72,6 @@ LESSONS = [lesson_of_path(p) for p in SOLUTION_NBS]
 
 def solution_of(lesson: str) -> Path:
     return next(p for p in SOLUTION_NBS if lesson_of_path(p) == lesson)
-
-
-def header(path: Path) -> dict:
-    """The ``# key: value`` lines at the top of a fixture (base, action, expect, expect-note, expect-message)."""
-    out = {}
-    for line in path.read_text().splitlines():
-        m = re.match(r"^#\s*(base|action|expect|expect-note|expect-message):\s*(.*)$", line)
-        if m:
-            out.setdefault(m.group(1), []).append(m.group(2).strip())
-    return out
 
 
 def fill(text: str, places: dict) -> str:
@@ -120,10 +110,6 @@ def apply_misbehaviour(nb, fixture: Path, places: dict | None = None):
         raise ValueError(f"{fixture.name}: unknown action {action!r}")
     assert action == "corrupt-file" or idx, f"{fixture.name}: no cell matches {arg!r}"
     return nb
-
-
-def expected_points(fixture: Path) -> dict:
-    return {k: float(v) for k, v in (kv.split("=") for kv in " ".join(header(fixture)["expect"]).split())}
 
 
 def base_notebook(fixture: Path):

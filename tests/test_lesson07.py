@@ -8,9 +8,10 @@ carry margins; timing is only ever compared as ratios measured in the same run.
 from __future__ import annotations
 
 import pytest
-from common import NOTEBOOK_BUDGET_S, NOTEBOOKS, needs_mpi
 
 from course_lib.allreduce_bench import SIZES
+
+from common import NOTEBOOK_BUDGET_S, NOTEBOOKS, needs_mpi
 
 NOTEBOOK = NOTEBOOKS / "07_beyond_one_machine.ipynb"
 KB, MB = 2 ** 10, 2 ** 20

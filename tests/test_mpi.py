@@ -5,28 +5,21 @@ Skipped with a message when the optional `mpi` extra (mpi4py + an MPI) is not in
 from __future__ import annotations
 
 import os
-import pathlib
 import pickle
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from course_lib.allreduce_bench import mpiexec_path
+
+from common import REPO as ROOT
+from common import needs_mpi
+
 EXAMPLES = ["collectives", "mapreduce_gd", "gossip"]
 
-
-def _mpiexec():
-    here = pathlib.Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else shutil.which("mpiexec")
-
-
-pytestmark = pytest.mark.skipif(
-    _mpiexec() is None or __import__("importlib").util.find_spec("mpi4py") is None,
-    reason="the mpi extra is not installed (pip install '.[mpi]')",
-)
+pytestmark = needs_mpi
 
 
 def _same(a, b) -> bool:
@@ -52,7 +45,7 @@ def _run(cmd, out, tmp_path):
 def test_mpi_equals_local(example, n, tmp_path):
     script = str(ROOT / "examples" / f"{example}.py")
     mpi = _run(
-        [_mpiexec(), "-n", str(n), sys.executable, "-m", "course_lib.run", script], tmp_path / "mpi.pkl", tmp_path
+        [mpiexec_path(), "-n", str(n), sys.executable, "-m", "course_lib.run", script], tmp_path / "mpi.pkl", tmp_path
     )
     method = "spawn" if n == 2 else "forkserver"  # the program file is shipped by value to fresh interpreters
     local = _run([sys.executable, "-m", "course_lib.run", "--local", str(n), "--start-method", method, script],

@@ -13,9 +13,10 @@ import os
 
 import nbformat
 import pytest
-from common import EXERCISES, NOTEBOOK_BUDGET_S, NOTEBOOKS, SOLUTIONS
 
 from course_lib import lessons
+
+from common import EXERCISES, NOTEBOOK_BUDGET_S, NOTEBOOKS, SOLUTIONS
 
 LESSONS = [NOTEBOOKS / lesson.notebook for lesson in lessons.LESSONS]
 SOLUTION_NBS = [SOLUTIONS / lesson.notebook for lesson in lessons.graded()]

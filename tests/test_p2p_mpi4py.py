@@ -16,7 +16,6 @@ import json
 import os
 import pathlib
 import pickle
-import shutil
 import subprocess
 import sys
 from multiprocessing import Pipe
@@ -25,8 +24,11 @@ import numpy as np
 import pytest
 
 from course_lib import MPI, Cluster, WorkerError
+from course_lib.allreduce_bench import mpiexec_path
 from course_lib.runtime import wire
 from course_lib.runtime.mpi4py_methods import MPI4PY_COMM_METHODS
+
+from common import needs_mpi
 
 TESTS = pathlib.Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -35,14 +37,6 @@ PROGRAMS = ["pairs", "ordering", "any_source", "proc_null", "sendrecv_kw", "nonb
 SIZES = [1, 2, 3, 5]
 
 
-def _mpiexec():
-    here = pathlib.Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else shutil.which("mpiexec")
-
-
-HAVE_MPI = _mpiexec() is not None and importlib.util.find_spec("mpi4py") is not None
-needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py or mpiexec is not installed (pip install '.[mpi]'); "
-                                                    "the differential tests need both")
 
 
 # ------------------------------------------------------------------ the two runs, once per P
@@ -54,7 +48,7 @@ def transcripts():
 
 def _run_mpiexec(backend: str, p: int, tmp: pathlib.Path) -> dict:
     out = tmp / f"{backend}_{p}.json"
-    cmd = [_mpiexec(), "-n", str(p), sys.executable, "-m", "mpi4py", str(TESTS / "p2p_programs" / "run_mpi4py.py"),
+    cmd = [mpiexec_path(), "-n", str(p), sys.executable, "-m", "mpi4py", str(TESTS / "p2p_programs" / "run_mpi4py.py"),
            backend, str(out), *PROGRAMS]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)

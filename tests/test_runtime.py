@@ -12,10 +12,11 @@ import time
 import networkx as nx
 import numpy as np
 import pytest
-from runtime_checks import assert_clean
 
 from course_lib import ANY_SOURCE, Cluster, Fault, Network, PeerLost, SharedArray, Status, WorkerError, WorkerTimeout
 from course_lib.runtime import shm
+
+from runtime_checks import assert_clean
 
 METHODS = ["fork", "spawn", "forkserver"]
 

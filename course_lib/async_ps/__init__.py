@@ -14,29 +14,39 @@ imports them from there and keeps their names.
 from course_lib.reference.ex01 import full_gradient as gradient
 
 from .experiment import PSResult, train_async
-from .hogwild import HogwildResult, collisions, hogwild_worker, locked_worker, run_hogwild, run_serial, timed_worker
+from .hogwild import (
+    HogwildResult,
+    SerialRun,
+    collisions,
+    hogwild_worker,
+    locked_worker,
+    run_hogwild,
+    run_serial,
+    timed_worker,
+)
 from .problems import (
-                      SparseProblem,
-                      batch_gradient,
-                      loss,
-                      make_least_squares,
-                      make_sparse_problem,
-                      optimal_loss,
-                      sample_order,
-                      serial_sgd,
-                      serial_sparse_sgd,
-                      shards,
-                      sparse_loss,
-                      sparsity_stats,
+    SparseProblem,
+    batch_gradient,
+    loss,
+    make_least_squares,
+    make_sparse_problem,
+    optimal_loss,
+    sample_order,
+    serial_sgd,
+    serial_sparse_sgd,
+    shards,
+    sparse_loss,
+    sparsity_stats,
 )
 from .server import POLICIES, Record, ServerState, apply_update, constant_lr, run_ps, staleness_aware_lr
 from .theory import expected_backup_wait, harmonic, simulate_backup_wait
 
 __all__ = [
-    "PSResult", "train_async", "HogwildResult", "collisions", "timed_worker", "hogwild_worker", "locked_worker",
-    "run_hogwild", "run_serial", "SparseProblem", "batch_gradient", "gradient", "loss", "make_least_squares",
-    "make_sparse_problem", "optimal_loss", "sample_order", "serial_sgd", "serial_sparse_sgd", "shards",
-    "sparse_loss", "sparsity_stats", "POLICIES", "Record", "ServerState", "apply_update",
-    "constant_lr", "run_ps", "staleness_aware_lr", "expected_backup_wait", "harmonic",
-    "simulate_backup_wait",
+    "PSResult", "train_async",
+    "HogwildResult", "SerialRun", "collisions", "timed_worker", "hogwild_worker", "locked_worker", "run_hogwild",
+    "run_serial",
+    "SparseProblem", "batch_gradient", "gradient", "loss", "make_least_squares", "make_sparse_problem", "optimal_loss",
+    "sample_order", "serial_sgd", "serial_sparse_sgd", "shards", "sparse_loss", "sparsity_stats",
+    "POLICIES", "Record", "ServerState", "apply_update", "constant_lr", "run_ps", "staleness_aware_lr",
+    "expected_backup_wait", "harmonic", "simulate_backup_wait",
 ]

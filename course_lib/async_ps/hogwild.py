@@ -245,9 +245,18 @@ def _result(reports: list[_Report], samples, w, problem: SparseProblem, lock: bo
         spans=spans, samples=samples)
 
 
-def run_serial(problem: SparseProblem, n_updates: int = 20000, lr: float = 0.5, seed: int = 0):
-    """The serial baseline on the same samples: ``(w, loss, seconds)``."""
+class SerialRun(NamedTuple):
+    """The serial baseline's answer; unpacks as ``w, final_loss, wall_time``."""
+
+    w: np.ndarray
+    final_loss: float
+    wall_time: float    # seconds of the SGD loop alone
+
+
+def run_serial(problem: SparseProblem, n_updates: int = 20000, lr: float = 0.5, seed: int = 0) -> SerialRun:
+    """The serial baseline on the same samples as :func:`run_hogwild`: ``(w, final_loss, wall_time)``."""
     order = sample_order(problem.n, n_updates, seed)
     t0 = time.perf_counter()
     w = serial_sparse_sgd(problem.idx, problem.val, problem.y, problem.d, order, lr)
-    return w, sparse_loss(problem.idx, problem.val, problem.y, w), time.perf_counter() - t0
+    wall_time = time.perf_counter() - t0
+    return SerialRun(w, sparse_loss(problem.idx, problem.val, problem.y, w), wall_time)

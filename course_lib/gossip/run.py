@@ -23,20 +23,28 @@ __all__ = ["GossipRun", "run_gossip", "run_pairwise", "run_dpsgd", "run_centrali
 
 @dataclass
 class GossipRun:
+    """A trajectory measured on real processes, and the run that produced it."""
+
     traj: np.ndarray          # (steps+1, n[, d]) values of every node after every step
-    result: object            # the runtime's RunResult (stats, timeline, wall_time)
+    run: object               # the runtime's RunResult (stats, timeline, wall_time), as in GDResult and PSResult
 
     @property
     def errors(self) -> np.ndarray:
+        """The consensus error of every step (:func:`consensus_error`)."""
         return consensus_error(self.traj)
 
     @property
     def stats(self):
-        return self.result.stats
+        return self.run.stats
 
     @property
     def wall_time(self) -> float:
-        return self.result.wall_time
+        return self.run.wall_time
+
+    @property
+    def result(self):
+        """:attr:`run`, under the name the lesson 04 notebook uses."""
+        return self.run
 
 
 def busiest_node_bytes(stats) -> int:

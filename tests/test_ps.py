@@ -5,13 +5,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from course_lib import Cluster, Fault
+from course_lib import Cluster, Fault, WorkerError
 from course_lib.ps import (
     INF,
     BadRequest,
     HashRing,
+    KVWorker,
     PSConfig,
     RangeClock,
+    Server,
     check_request,
     gather_store,
     keys_moved,
@@ -59,6 +61,7 @@ from course_lib.ps.messages import (
     decode,
     encode,
 )
+from course_lib.ps.scheduler import Scheduler
 
 
 # ---------------------------------------------------------------- ring and key ranges
@@ -213,6 +216,55 @@ def test_a_message_travels_as_the_plain_tuple_of_its_fields():
 def test_a_wire_object_of_no_known_kind_is_a_clear_error(wire):
     with pytest.raises(UnknownMessage, match="not a parameter-server message"):
         decode(wire)
+
+
+def test_every_message_type_has_a_handler_at_its_receiver():
+    tables = {"server": Server.HANDLERS, "worker": KVWorker.HANDLERS, "scheduler": Scheduler.HANDLERS}
+    for kind in MESSAGE_TYPES:
+        receivers = [name for name, table in tables.items() if kind in table]
+        assert receivers, f"nobody handles {kind.__name__}"
+        # the docstring says who sends it to whom; JoinAbort goes to servers and workers alike
+        assert len(receivers) == 1 or kind is JoinAbort, (kind.__name__, receivers)
+    assert set().union(*tables.values()) == set(MESSAGE_TYPES)
+    assert all(callable(h) for table in tables.values() for h in table.values())
+
+
+class OneMessageComm:
+    """A stand-in for a rank's communicator that receives ``wire`` from rank 2 (one process, no Pipes)."""
+
+    def __init__(self, rank, size, wire):
+        self.rank, self.size, self.wire = rank, size, wire
+
+    def recv_any(self):
+        return 2, self.wire
+
+    def iprobe(self):
+        return True
+
+
+@pytest.mark.parametrize("msg, who", [(Ack(0, [0]), "server 0"), (Switch(), "server 0"), (NextTask(), "server 0")])
+def test_a_server_names_the_message_it_has_no_handler_for(msg, who):
+    cfg = PSConfig(n_servers=2, n_workers=1, n_keys=100)
+    with pytest.raises(UnknownMessage, match=f"{who} has no handler for {type(msg).__name__} messages"):
+        Server(OneMessageComm(0, cfg.size, encode(msg)), cfg).run()
+
+
+def test_a_worker_names_the_message_it_has_no_handler_for():
+    cfg = PSConfig(n_servers=2, n_workers=1, n_keys=100)
+    kv = KVWorker(OneMessageComm(2, cfg.size, encode(Clock(0, 1))), cfg)
+    with pytest.raises(UnknownMessage, match="worker 0 has no handler for Clock messages"):
+        kv._handle_one()
+
+
+def sends_a_stranger(kv):
+    kv.comm.send(("hello", 1), 0)
+
+
+def test_a_server_process_stops_on_a_message_of_no_known_kind():
+    cfg = PSConfig(n_servers=2, n_workers=1, n_keys=100)
+    with Cluster(cfg.size, timeout=30) as c:
+        with pytest.raises(WorkerError, match="not a parameter-server message: \\('hello', 1\\)"):
+            c.run(ps_node, cfg, sends_a_stranger)
 
 
 # ---------------------------------------------------------------- the SSP read gate

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from types import MappingProxyType
 
 import networkx as nx
 
@@ -133,10 +134,11 @@ def erdos_renyi(n: int, p: float | None = None, seed: int = 0, connected: bool =
     raise RuntimeError(f"no connected G({n}, {p}) found; raise p")
 
 
-TOPOLOGIES = {
+# Read-only: a graph of one's own is passed as a networkx Graph, not registered here.
+TOPOLOGIES = MappingProxyType({
     "ring": ring, "path": path, "torus": torus, "hypercube": hypercube, "star": star,
     "complete": complete, "expander": expander, "erdos_renyi": erdos_renyi,
-}
+})
 
 
 def make_topology(name: str, n: int, seed: int = 0, **kwargs) -> nx.Graph:

@@ -30,7 +30,6 @@ from .problems import get_problem
 from .serial import check_reduce, default_lr, initial_w, map_shard, reduce_and_update, shard_ranges
 
 TAG_W, TAG_G, TAG_RE, TAG_RG, TAG_STOP = 1, 2, 3, 4, 5
-_STOP = np.empty(0)  # an empty array: 0 payload bytes, so the formula stays exact
 
 
 @dataclass
@@ -193,7 +192,7 @@ def _server(comm, n, iters, lr, w, reduce, start, prefix, checkpoint_dir, checkp
         comm.progress(t + 1, iters)  # a progress bar in the notebook cell
     for r in range(1, m + 1):  # also to a worker given up for silence: it may still be listening
         try:
-            comm.send(_STOP, r, tag=TAG_STOP)
+            comm.send(np.empty(0), r, tag=TAG_STOP)  # 0 payload bytes: the traffic formula stays exact
         except PeerLost:
             pass
     return {"w": w, "losses": np.array(losses), "times": times, "reexecuted": reexecuted,

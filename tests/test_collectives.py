@@ -93,8 +93,6 @@ def test_sim_every_algorithm_matches_numpy_and_traffic_formula(coll, alg):
                 res, B, M = simulate(p, lambda t, xs=xs, root=root: _case(coll, alg, t, xs, root))
                 for r in range(p):
                     assert _close(res[r], _expected(coll, p, xs, root, r)), (coll, alg, p, n, root, r)
-                if coll == "exscan":
-                    continue
                 eb, em = costs.traffic(coll, alg, p, n, 8, root)
                 assert np.array_equal(B.sum(axis=1), eb), (coll, alg, p, n, root)
                 assert np.array_equal(M.sum(axis=1), em), (coll, alg, p, n, root)
@@ -250,8 +248,6 @@ def test_real_processes_every_algorithm_and_exact_bytes(cluster5):
             per_call[(coll, alg, root)][0][r] = nbytes
             per_call[(coll, alg, root)][1][r] = nmsgs
     for (coll, alg, root), (nb, nm) in per_call.items():
-        if coll == "exscan":
-            continue
         eb, em = costs.traffic(coll, alg, p, n, 8, root)
         assert list(eb) == nb, (coll, alg, root, nb, list(eb))
         assert list(em) == nm, (coll, alg, root, nm, list(em))

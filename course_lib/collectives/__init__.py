@@ -10,14 +10,14 @@ extra ``algorithm=`` keyword (``comm.allreduce(x, op=SUM, algorithm="ring")``); 
 runtime's ``Comm`` inherits :class:`CollectivesMixin`. Costs: :mod:`course_lib.costs`.
 
 Modules: barrier, broadcast (bcast/scatter/gather), allgather, alltoall, reduction
-(reduce, reduce_scatter, allreduce, scan), scatter_gather (the seeds' ScatterGather),
+(reduce, reduce_scatter, scan, exscan), allreduce, scatter_gather (the seeds' ScatterGather),
 groups (Split, Group, sub-communicators), shmem (shared-memory allreduce),
 sim (in-process simulator for quick tests).
 """
 from ..runtime import registry
 from ..runtime.collective_api import DEFAULTS, CollectivesMixin, register_extension
 from ..runtime.groups import UNDEFINED, Group, SubComm
-from . import allgather, alltoall, barrier, broadcast, reduction, shmem
+from . import allgather, allreduce, alltoall, barrier, broadcast, reduction, shmem
 from ._p2p import CollectiveMismatch, chunk_bounds, chunk_sizes, fold_roles
 from .scatter_gather import classify as classify_scatter_gather
 from .scatter_gather import scatter_gather
@@ -27,7 +27,7 @@ from .scatter_gather import (
 
 # Every algorithm of this lesson is a row (function, time formula, rounds, exact traffic) that the
 # runtime's communicators and the cost model (course_lib.costs) read alike.
-ROWS = [*barrier.ROWS, *broadcast.ROWS, *allgather.ROWS, *alltoall.ROWS, *reduction.ROWS]
+ROWS = [*barrier.ROWS, *broadcast.ROWS, *allgather.ROWS, *alltoall.ROWS, *reduction.ROWS, *allreduce.ROWS]
 for _row in ROWS:
     registry.register(_row)
 # The same, as {collective: {algorithm: function}}: ALGORITHMS["allreduce"]["ring"](t, x, SUM).

@@ -110,3 +110,55 @@ def test_lesson_02_and_the_cost_model_read_the_same_rows():
             assert costs.predict(collective, name, 6, 1e6, model) == row.seconds(6, 1e6, 1e-5, 1e-9, 1e-10)
             checked += 1
     assert checked >= 24
+
+
+# -- module-level state ------------------------------------------------------------------------
+_MUTATORS = {"append", "extend", "insert", "update", "add", "pop", "popitem", "clear", "setdefault", "remove",
+             "discard"}
+# The only module-level containers the library changes after import, and why each is process-wide.
+ALLOWED_STATE = {
+    # The shared-memory segments this process created or attached: operating-system resources
+    # belong to the process (as in Python's own resource tracker), whatever object opened them.
+    "runtime.shm": {"_owned", "_attached", "_kept_for_views", "_inherited", "_detach_later", "_release_listeners",
+                    "_instances"},
+    # Registries filled once, at import, by the modules that register into them.
+    "runtime.collective_api": {"_EXTENSIONS"},
+    "grading.registry": {"_REGISTRY", "_PENDING_HIDDEN", "_LOADED_HIDDEN"},
+    "ps.messages": {"_BY_KIND"},
+    # A worker's attached shared-memory workspaces, kept across the runs of that worker process:
+    # attaching again on every call would cost a system call per segment.
+    "collectives.shmem": {"_PLANS"},
+    # Unsandboxed grading kernels alive now, so that an interrupted grader can kill them.
+    "grading.sandbox": {"_LIVE_KERNELS"},
+    # On the student's side: the notebook a stand-in read, and the student functions it found.
+    "standin": {"_cache", "_found", "_lock"},
+}
+
+
+def _changed_module_names(tree: ast.Module) -> set[str]:
+    """Module-level names that the module rebinds with ``global`` or changes in place."""
+    top = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+           for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    changed = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            changed |= set(node.names)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+            if isinstance(node.func.value, ast.Name):
+                changed.add(node.func.value.id)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            changed |= {t.value.id for t in targets if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)}
+    return changed & top
+
+
+def test_module_level_state_is_only_the_named_process_wide_registries():
+    found = {}
+    for path in PKG.rglob("*.py"):
+        names = _changed_module_names(ast.parse(path.read_text(), str(path)))
+        if names:
+            found[_module_name(path).removeprefix("course_lib.")] = names
+    unexpected = {m: sorted(n - ALLOWED_STATE.get(m, set())) for m, n in found.items() if n - ALLOWED_STATE.get(m, set())}
+    assert not unexpected, f"module-level state changed at run time (pass it explicitly instead): {unexpected}"
+    stale = {m: sorted(n - found.get(m, set())) for m, n in ALLOWED_STATE.items() if n - found.get(m, set())}
+    assert not stale, f"allowed but no longer there, remove from ALLOWED_STATE: {stale}"

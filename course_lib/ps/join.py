@@ -7,29 +7,30 @@ ring. ``J`` will hold the keys of every ``R1`` chain it belongs to, as head or (
 
 Phase 1, pre-copy
     When ``J`` hears a worker clock ``>= join_at`` it sends every live server a
-    ``join_req`` naming the moving keys that server heads in ``R0`` (maybe none). A server
-    that hears it has *started*. It streams a snapshot of those keys in chunks of
-    ``cfg.precopy_chunk`` keys, one chunk between two messages it serves, so training goes
-    on while it copies. Each chunk carries the tags ``(worker, ts, slice)`` of the updates
-    applied since the previous chunk, so ``J`` knows which updates each chunk contains.
+    :class:`.messages.JoinRequest` naming the moving keys that server heads in ``R0`` (maybe
+    none). A server that hears it has *started*. It streams a snapshot of those keys in chunks
+    of ``cfg.precopy_chunk`` keys (:class:`.messages.Precopy`), one chunk between two messages
+    it serves, so training goes on while it copies. Each chunk carries the tags
+    ``(worker, ts, slice)`` of the updates applied since the previous chunk, so ``J`` knows
+    which updates each chunk contains.
 Phase 2, the changes made meanwhile
     A started server that applies an old-epoch update of a moving key as its head (it came
-    straight from a worker) sends it to ``J`` (``delta``) *before* forwarding it down its chain, so whatever a
-    replica holds, ``J`` holds too. ``J`` holds deltas back until the snapshots are in, then
-    applies each one to the keys whose chunk was copied before the update (a key copied
-    after it already has it).
+    straight from a worker) sends it to ``J`` (:class:`.messages.Delta`) *before* forwarding
+    it down its chain, so whatever a replica holds, ``J`` holds too. ``J`` holds deltas back
+    until the snapshots are in, then applies each one to the keys whose chunk was copied
+    before the update (a key copied after it already has it).
 Switch
     Once every live server has sent its last chunk, ``J`` applies the held deltas and tells
-    the workers to use ``R1`` (``switch``). Each worker
-    tells the servers (``switched``); links are FIFO, so a server has seen all of that
-    worker's old-epoch requests when this arrives. A server whose workers have all switched
-    (or finished) reports ``handoff_done``; ``J`` answers reads only once every server has.
-    Until then ``J`` copies its new-epoch updates of keys it now heads back to their old
-    head if that head is not in the new chain (``back``; only with ``replicas = 0``), so a
-    worker that has not switched yet still reads them there.
+    the workers to use ``R1`` (:class:`.messages.Switch`). Each worker tells the servers
+    (:class:`.messages.Switched`); links are FIFO, so a server has seen all of that worker's
+    old-epoch requests when this arrives. A server whose workers have all switched (or
+    finished) reports :class:`.messages.HandoffDone`; ``J`` answers reads only once every
+    server has. Until then ``J`` copies its new-epoch updates of keys it now heads back to
+    their old head if that head is not in the new chain (:class:`.messages.CopyBack`; only
+    with ``replicas = 0``), so a worker that has not switched yet still reads them there.
 
 Failures
-    * A server dies before the switch: ``J`` abandons the join (``join_abort``) and
+    * A server dies before the switch: ``J`` abandons the join (:class:`.messages.JoinAbort`) and
       training goes on with ``R0`` and its replicas. ``J`` dying before the switch
       abandons it too.
     * After the switch every server had started, so a new head that takes over from a dead

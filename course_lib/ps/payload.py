@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from dataclasses import replace
 
 import numpy as np
+
+from .messages import Slice
 
 
 def pack(values, on: bool):
@@ -33,4 +36,34 @@ def key_digest(keys) -> bytes:
     return hashlib.blake2b(np.ascontiguousarray(keys, dtype=np.int64).tobytes(), digest_size=8).digest()
 
 
-__all__ = ["pack", "unpack", "key_digest"]
+class SentKeyLists:
+    """Worker side of key caching: the digests of the key lists each server has had from us."""
+
+    def __init__(self):
+        self.seen: dict[int, set[bytes]] = {}
+
+    def shorten(self, server: int, s: Slice) -> Slice:
+        """``s`` with its key list replaced by the list's digest if ``server`` has had the list from us."""
+        digest = key_digest(s.keys)
+        seen = self.seen.setdefault(server, set())
+        if digest in seen:
+            return replace(s, keys=digest)
+        seen.add(digest)
+        return s
+
+
+class ReceivedKeyLists:
+    """Server side of key caching: every key list a worker has sent, by its digest."""
+
+    def __init__(self):
+        self.known: dict[tuple[int, bytes], np.ndarray] = {}
+
+    def restore(self, worker: int, s: Slice) -> Slice:
+        """``s`` with its key list (a digest stands for a list this worker sent before)."""
+        if isinstance(s.keys, bytes):
+            return replace(s, keys=self.known[(worker, s.keys)])
+        self.known[(worker, key_digest(s.keys))] = s.keys
+        return s
+
+
+__all__ = ["pack", "unpack", "key_digest", "SentKeyLists", "ReceivedKeyLists"]

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, ClassVar, NamedTuple
+from typing import Callable, ClassVar
 
 import numpy as np
 
 from course_lib.runtime.comm import PeerLost
 
 from .config import PSConfig
-from .consistency import INF, may_answer_pull
+from .consistency import INF, Read, may_answer_pull
 from .filters import soft_threshold
 from .join import JoinSide, check_config
 from .messages import (
@@ -51,17 +51,9 @@ from .messages import (
     encode,
     handler_for,
 )
-from .payload import key_digest, pack, unpack
+from .payload import ReceivedKeyLists, pack, unpack
 from .replication import Replicator, successor
 from .vclock import RangeClock
-
-
-class Read(NamedTuple):
-    """A pull the server answered: who, at which clock, the slowest clock then, and how long it waited."""
-    worker: int
-    clock: int
-    slowest_clock: float
-    seconds_deferred: float
 
 
 @dataclass(frozen=True)
@@ -89,7 +81,7 @@ class Server:
         self.deferred: list[DeferredPull] = []
         self.reads: list[Read] = []
         self.staged: dict[int, list] = {}      # tau = 0: iteration -> updates (keys, values) not yet visible
-        self.key_lists: dict[tuple[int, bytes], np.ndarray] = {}   # key caching: (worker, digest) -> keys
+        self.key_lists = ReceivedKeyLists()
         self.vclock = RangeClock(cfg.n_keys, W)
         self.clock_ticks = 0
         self.n_push = self.n_dup = 0
@@ -223,16 +215,10 @@ class Server:
         values uncompressed."""
         slices = msg.slices
         if self.cfg.key_cache:
-            slices = [self._with_keys(msg.worker, s) for s in slices]
+            slices = [self.key_lists.restore(msg.worker, s) for s in slices]
         if self.cfg.compress and isinstance(msg, Push):
             slices = [replace(s, values=unpack(s.values)) for s in slices]
         return slices
-
-    def _with_keys(self, worker: int, s: Slice) -> Slice:
-        if isinstance(s.keys, bytes):
-            return replace(s, keys=self.key_lists[(worker, s.keys)])
-        self.key_lists[(worker, key_digest(s.keys))] = s.keys
-        return s
 
     def _apply(self, push: Push | Forward, from_worker: bool) -> None:
         """Apply the new slices of ``push``; pass each on down its chain; the tail acknowledges."""
@@ -316,4 +302,4 @@ def serve(comm, cfg: PSConfig) -> dict:
     return Server(comm, cfg).run()
 
 
-__all__ = ["Server", "serve", "Read", "DeferredPull"]
+__all__ = ["Server", "serve", "DeferredPull"]

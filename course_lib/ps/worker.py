@@ -40,7 +40,7 @@ from .messages import (
     encode,
     handler_for,
 )
-from .payload import key_digest, pack, unpack
+from .payload import SentKeyLists, pack, unpack
 
 
 @dataclass
@@ -68,7 +68,7 @@ class KVWorker:
         self.next_ts = 0
         self.wait_time = 0.0
         self.resent = 0
-        self.key_lists: dict[int, set[bytes]] = {}   # server -> digests of key lists it has received from us
+        self.key_lists = SentKeyLists()
         self.log: list = []          # every push (keys, values): the update sequence, for replay
 
     # -- API
@@ -139,7 +139,7 @@ class KVWorker:
             by_server.setdefault(self._head(s.arc, epoch), []).append(s)
         for server, mine in by_server.items():
             if self.cfg.key_cache:
-                mine = [self._cached(server, s) for s in mine]
+                mine = [self.key_lists.shorten(server, s) for s in mine]
             if self.cfg.compress:
                 mine = [replace(s, values=pack(s.values, True)) for s in mine]
             try:
@@ -147,15 +147,6 @@ class KVWorker:
             except PeerLost:
                 self._lost(server)       # re-sends everything unanswered, these slices included
                 return
-
-    def _cached(self, server: int, s: Slice) -> Slice:
-        """``s`` with its key list replaced by the list's digest if ``server`` has had the list from us."""
-        digest = key_digest(s.keys)
-        seen = self.key_lists.setdefault(server, set())
-        if digest in seen:
-            return replace(s, keys=digest)
-        seen.add(digest)
-        return s
 
     def _tell_servers(self, msg: Message, skip: int = -1) -> None:
         """Send ``msg`` to every live server (but ``skip``)."""

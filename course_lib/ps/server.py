@@ -292,8 +292,8 @@ class Server:
     def _answer(self, deferred: DeferredPull, slowest: float) -> None:
         pull = deferred.pull
         self.reads.append(Read(pull.worker, pull.clock, slowest, time.perf_counter() - deferred.arrived))
-        answers = [SliceValues(s.pid, pack(self.store[s.keys].ravel(), True) if self.cfg.compress
-                               else self.store[s.keys].ravel().copy()) for s in pull.slices]
+        # indexing by a key array copies, so the answer does not change with the store after it is sent
+        answers = [SliceValues(s.pid, pack(self.store[s.keys].ravel(), self.cfg.compress)) for s in pull.slices]
         self.send(Answer(pull.ts, answers), self.cfg.worker_rank(pull.worker))
 
 

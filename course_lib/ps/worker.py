@@ -91,6 +91,7 @@ class KVWorker:
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def wait_all(self):
+        """Block until every request sent so far is complete."""
         if self.cfg.replicate == "aggregate" and self.pending:
             self._tell_servers(Flush())          # ask heads to replicate what they hold, so acks come
         for ts in sorted(self.pending):
@@ -102,6 +103,7 @@ class KVWorker:
         self._tell_servers(Clock(self.w, self.clock))
 
     def finish(self):
+        """Wait for every request, then tell every live server that we will send nothing more."""
         self.wait_all()
         self._tell_servers(Done(self.w))
 

@@ -57,6 +57,7 @@ for _name, _value in list(globals().items()):
         continue
     try:
         _blob = _pickle.dumps(_value)
+        _pickle.loads(_blob)  # some objects pickle but cannot be rebuilt
     except Exception:
         continue
     if len(_blob) < 50_000_000:

@@ -22,7 +22,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from course_lib import Cluster, Fault, SharedArray, WorkerError
+from course_lib import Cluster, Fault, SharedArray, WorkerError, WorkerTimeout
 from course_lib.runtime import shm
 
 from runtime_checks import assert_clean, mapped_by, our_segments, semaphores_mapped_by, shm_rss_kb, worker_children
@@ -479,3 +479,13 @@ def test_gossip_refuses_a_directed_graph_too():
 
     with pytest.raises(ValueError, match="to_undirected"):
         validate_graph(nx.DiGraph([(0, 1), (1, 0)]))
+
+
+def test_a_worker_error_survives_pickling_with_its_rank_and_traceback():
+    """A notebook may keep the error of a failed run, and a pickled namespace must give it back."""
+    for cls in (WorkerError, WorkerTimeout):
+        err = cls("rank 3 raised ValueError", 3, [3, 5], "Traceback ...", 1, "ValueError")
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is cls and str(back) == str(err)
+        assert (back.rank, back.ranks, back.remote_traceback, back.exitcode, back.exc_type) == \
+               (3, [3, 5], "Traceback ...", 1, "ValueError")

@@ -82,6 +82,10 @@ class WorkerError(RuntimeError):
         self.exitcode = exitcode
         self.exc_type = exc_type
 
+    def __reduce__(self):
+        # BaseException pickles only ``args``; the rank and the traceback must survive the trip too.
+        return type(self), (self.args[0], self.rank, self.ranks, self.remote_traceback, self.exitcode, self.exc_type)
+
 
 class WorkerTimeout(WorkerError, TimeoutError):
     """The run did not finish within its timeout; ``ranks`` are those still running."""
@@ -95,7 +99,6 @@ class RunResult(list):
         self.stats, self.timeline, self.wall_time, self.failures = stats, timeline, wall_time, failures
 
 
-# ------------------------------------------------------------ control messages
 # ------------------------------------------------------------ checks of the arguments
 def default_start_method() -> str:
     env = os.environ.get("COURSE_START_METHOD")

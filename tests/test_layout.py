@@ -119,8 +119,9 @@ _MUTATORS = {"append", "extend", "insert", "update", "add", "pop", "popitem", "c
 ALLOWED_STATE = {
     # The shared-memory segments this process created or attached: operating-system resources
     # belong to the process (as in Python's own resource tracker), whatever object opened them.
+    # (_for_parent: per thread, set while a worker pickles its result for the parent.)
     "runtime.shm": {"_owned", "_attached", "_kept_for_views", "_inherited", "_detach_later", "_release_listeners",
-                    "_instances"},
+                    "_instances", "_for_parent"},
     # Registries filled once, at import, by the modules that register into them.
     "runtime.collective_api": {"_EXTENSIONS"},
     "grading.registry": {"_REGISTRY", "_PENDING_HIDDEN", "_LOADED_HIDDEN"},
@@ -131,7 +132,7 @@ ALLOWED_STATE = {
     # Unsandboxed grading kernels alive now, so that an interrupted grader can kill them.
     "grading.sandbox": {"_LIVE_KERNELS"},
     # On the student's side: the notebook a stand-in read, and the student functions it found.
-    "standin": {"_cache", "_found", "_lock"},
+    "standin": {"_cache", "_found", "_lock", "_active"},
 }
 
 
@@ -148,7 +149,10 @@ def _changed_module_names(tree: ast.Module) -> set[str]:
                 changed.add(node.func.value.id)
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
-            changed |= {t.value.id for t in targets if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)}
+            changed |= {t.value.id for t in targets
+                        if isinstance(t, (ast.Subscript, ast.Attribute)) and isinstance(t.value, ast.Name)}
+        if isinstance(node, ast.Attribute) and node.attr == "__dict__" and isinstance(node.value, ast.Name):
+            changed.add(node.value.id)  # obj.__dict__.clear() and the like
     return changed & top
 
 

@@ -33,15 +33,16 @@ XDIST := -n $(TEST_JOBS) --dist loadgroup
 # What CI runs: lint, then every test (5 minutes on 2 cores).
 test: $(STAMP) $(MPI_STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest tests $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests $(XDIST) -m "not sweep" $(PYTEST_ARGS)
 
 # Under a minute: lint and the unit tests, without notebooks, the grader's batch or a browser.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest tests $(XDIST) -m "not slow and not browser" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests $(XDIST) -m "not slow and not browser and not sweep" $(PYTEST_ARGS)
 
-# The long sweep (about 25 minutes): every lesson notebook under every start method, every wrong
-# answer through the grader's sandbox, 64 workers failing under spawn and forkserver.
+# The long sweep (about 25 minutes): every lesson notebook under every start method and in
+# JupyterLab, every answer fixture through the grader's sandbox, 64 workers failing under spawn
+# and forkserver, every library function of the release tried as every answer.
 test-all: $(STAMP) $(MPI_STAMP)
 	$(BIN)/ruff check .
 	COURSE_NOTEBOOK_METHODS=default,spawn,forkserver COURSE_ALL_FIXTURES=1 COURSE_FAULT_WORKERS=64 \

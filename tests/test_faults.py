@@ -120,9 +120,9 @@ def raised_at(err: WorkerError) -> float:
 
 # ---------------------------------------------------------------- 4: failure latency at n=64
 # 64 workers under fork. Under spawn and forkserver every failed run restarts its workers as
-# fresh interpreters (64 of them cost ~40 s here), so `make test` uses 16 there and
+# fresh interpreters (64 of them cost ~40 s here), so `make test` uses 8 there and
 # `make test-all` (COURSE_FAULT_WORKERS=64) the full 64.
-FAULT_WORKERS = {"fork": 64, "spawn": 16, "forkserver": 16}
+FAULT_WORKERS = {"fork": 64, "spawn": 8, "forkserver": 8}
 if os.environ.get("COURSE_FAULT_WORKERS"):
     FAULT_WORKERS = dict.fromkeys(FAULT_WORKERS, int(os.environ["COURSE_FAULT_WORKERS"]))
 

@@ -3,8 +3,8 @@
 Each lesson notebook runs once under the platform's default start method; the run is shared
 with the tests that check its text against its numbers (``executed_notebook`` in conftest.py).
 Lesson 00 also runs under spawn (what macOS and Windows use), the path on which every function
-a notebook defines travels to the workers by value. Solution notebooks run in the grader's
-sandbox (tests/test_grading.py), which fails on any cell that raises.
+a notebook defines travels to the workers by value. CI grades the solution notebooks in the
+grader's sandbox (tests/test_grading.py); ``make test-all`` also executes them headless here.
 COURSE_NOTEBOOK_METHODS=default,spawn,forkserver widens the matrix to every lesson.
 """
 from __future__ import annotations
@@ -38,6 +38,14 @@ def test_lesson_notebook_executes(path, start_method, executed_notebook):
     print(f"{path.name} under {start_method}: {ran.seconds:.1f} s")
     assert not ran.errors, f"{path.name} under {start_method}: {ran.errors}"
     assert ran.seconds < NOTEBOOK_BUDGET_S, f"{path.name} took {ran.seconds:.0f} s (budget {NOTEBOOK_BUDGET_S} s)"
+
+
+@pytest.mark.slow
+@pytest.mark.sweep  # CI grades every solution in the sandbox instead (tests/test_grading.py)
+@pytest.mark.parametrize("path", SOLUTION_NBS, ids=lambda p: p.stem)
+def test_solution_notebook_executes(path, executed_notebook):
+    ran = executed_notebook(path)
+    assert not ran.errors, f"solutions/{path.name}: {ran.errors}"
 
 
 @pytest.mark.parametrize("path", LESSONS + SOLUTION_NBS + sorted(EXERCISES.glob("*.ipynb")),

@@ -292,6 +292,7 @@ def test_release_reference_is_only_stand_ins(release):
 
 # -- (c) every library function tried as every answer ------------------------------------------------
 
+@pytest.mark.sweep  # about a minute on 2 cores: `make test-all`
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="tries each candidate in a forked child (POSIX)")
 def test_no_library_function_passes_a_question(release, tmp_path):
     spec = {"release": str(release), "questions": solution_functions(),

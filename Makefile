@@ -35,10 +35,12 @@ test: $(STAMP) $(MPI_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest tests $(XDIST) -m "not sweep" $(PYTEST_ARGS)
 
-# Under a minute: lint and the unit tests, without notebooks, the grader's batch or a browser.
+# About a minute: lint and the unit tests under the fork start method, without notebooks, the
+# grader's sandbox, mpiexec jobs, 64-worker runs or a browser.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest tests $(XDIST) -m "not slow and not browser and not sweep" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests $(XDIST) -m "not slow and not browser and not sweep" \
+		-k "not spawn and not forkserver" $(PYTEST_ARGS)
 
 # The long sweep (about 25 minutes): every lesson notebook under every start method and in
 # JupyterLab, every answer fixture through the grader's sandbox, 64 workers failing under spawn

@@ -29,6 +29,17 @@ def executed_notebook():
     return get
 
 
+@pytest.fixture(autouse=True)
+def _note_the_children_alive_before_the_test():
+    """What a test may leave behind is judged against the processes alive when it began: a
+    cluster that a module fixture keeps open is not an orphan of the test (under pytest-xdist a
+    file's tests interleave with its module fixtures' lifetimes)."""
+    import runtime_checks
+
+    runtime_checks.ALIVE_BEFORE_TEST = runtime_checks.children_now()
+    yield
+
+
 @pytest.fixture(scope="module")
 def cluster5():
     """Five workers, started once per test module that asks for them."""
@@ -44,13 +55,16 @@ def pytest_addoption(parser):
                           "(default: solutions/, else exercises/)")
 
 
-# Tests that need these fixtures run notebooks or the grader's sandbox: `make test-fast` leaves them out.
-_SLOW_FIXTURES = {"executed_notebook", "batch", "lesson_grades"}
+# `make test-fast` leaves out what is marked slow: tests that run notebooks, the grader (sandboxed
+# or in-process over every answer fixture), real mpiexec jobs or 64 workers. These fixtures and
+# files make a test slow wherever it is.
+_SLOW_FIXTURES = {"executed_notebook", "batch", "lesson_grades", "transcripts"}
+_SLOW_FILES = {"test_grading.py", "test_checks.py", "test_mpi.py"}
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if _SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if _SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or item.path.name in _SLOW_FILES:
             item.add_marker(pytest.mark.slow)
 
 

@@ -10,11 +10,22 @@ from course_lib.runtime import shm
 
 # Python's own long-lived helpers are not orphans of ours.
 _HELPERS = ("resource_tracker", "forkserver")
+# Children alive when the current test began (a module fixture's cluster, say): not the test's
+# to clean up. conftest.py refreshes it before every test.
+ALIVE_BEFORE_TEST: set[int] = set()
+
+
+def children_now() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
 def worker_children() -> list[psutil.Process]:
+    """Child processes started during the current test and still alive (zombies and Python's
+    own helpers aside)."""
     out = []
     for p in psutil.Process().children(recursive=True):
+        if p.pid in ALIVE_BEFORE_TEST:
+            continue
         try:
             cmd = " ".join(p.cmdline())
             if p.status() == psutil.STATUS_ZOMBIE:

@@ -127,6 +127,7 @@ if os.environ.get("COURSE_FAULT_WORKERS"):
     FAULT_WORKERS = dict.fromkeys(FAULT_WORKERS, int(os.environ["COURSE_FAULT_WORKERS"]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start_method", METHODS)
 def test_a_raise_reaches_the_parent_within_2s_at_64_workers(start_method):
     """One raising rank, then all ranks raising; the others stuck in C (SIGTERM cannot stop them)."""
@@ -211,6 +212,7 @@ def test_structured_dtype_keeps_its_fields_through_shared_memory(start_method):
 
 
 # ---------------------------------------------------------------- 3: descriptor limit
+@pytest.mark.slow
 def test_64_workers_start_under_a_256_descriptor_limit_with_fork(tmp_path):
     out = run_script(tmp_path, """
         import resource
@@ -401,6 +403,7 @@ def test_share_after_close_raises():
 
 
 # ---------------------------------------------------------------- 11: semaphores of a killed kernel
+@pytest.mark.slow  # a long scenario: make test, not make test-fast
 def test_sweep_removes_semaphores_of_a_killed_kernel_but_never_a_live_one(tmp_path):
     script = tmp_path / "kernel.py"
     script.write_text(textwrap.dedent("""

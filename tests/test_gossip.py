@@ -325,6 +325,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("topology", ["ring", "hypercube"])
 def test_64_node_processes_with_fd_limit_1024(topology, tmp_path):
     script = tmp_path / "sixty_four.py"

@@ -365,6 +365,7 @@ def test_ssp_invariant_holds_on_every_read(data, tau):
                 assert all(m >= t for _, t, m, _ in r.reads)
 
 
+@pytest.mark.slow  # a long scenario: make test, not make test-fast
 def test_gate_wait_does_not_grow_with_tau(data):
     cfg = PSConfig(n_servers=2, n_workers=3, n_keys=data.n_keys)
     waits = {}
@@ -509,6 +510,7 @@ def _assert_every_copy_agrees(cfg, res, w):
             assert np.array_equal(res[s]["store"][arcs == a], w[arcs == a]), (a, s)
 
 
+@pytest.mark.slow  # a long scenario: make test, not make test-fast
 @pytest.mark.parametrize("n_servers,replicas", [(3, 0), (3, 1), (4, 2)])
 def test_a_server_joins_in_two_phases_and_then_serves(n_servers, replicas):
     cfg = _join_cfg(n_servers, replicas)

@@ -169,6 +169,8 @@ def solution_functions() -> dict:
 
 import pytest  # noqa: E402  (the script mode above needs none of it)
 
+pytestmark = pytest.mark.xdist_group("release")  # one process builds the release every test here reads
+
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
@@ -619,6 +621,7 @@ def test_release_imports_without_make_and_says_what_to_solve(release):
     assert len(lines) == 3 and all(line.startswith(want) for line in lines[1:]), lines
 
 
+@pytest.mark.slow
 def test_stand_ins_run_the_students_answer_in_workers(release, tmp_path):
     solved = tmp_path / "solved"
     shutil.copytree(release, solved, ignore=shutil.ignore_patterns("__pycache__"))

@@ -345,6 +345,7 @@ def test_on_failure_continue_lets_a_server_survive(start_method):
     assert_clean()
 
 
+@pytest.mark.slow  # a long scenario: make test, not make test-fast
 @pytest.mark.parametrize("start_method", METHODS)
 def test_keyboard_interrupt_stops_every_worker(start_method, tmp_path):
     """A kernel interrupt (SIGINT to the parent) stops all workers and leaks nothing."""
@@ -379,6 +380,7 @@ if __name__ == "__main__":
     assert seg not in shm.list_segments()
 
 
+@pytest.mark.slow  # a long scenario: make test, not make test-fast
 def test_workers_exit_when_the_parent_is_killed(tmp_path):
     """A Jupyter kernel killed hard must not leave workers running."""
     script = tmp_path / "parent.py"
@@ -420,6 +422,7 @@ def test_graph_topology_is_physical(start_method):
         c.run(compute_steps, 1)  # barrier works without a full mesh
 
 
+@pytest.mark.slow
 def test_64_workers_full_mesh_under_a_1024_descriptor_limit(tmp_path):
     script = tmp_path / "big.py"
     script.write_text("""
@@ -644,6 +647,7 @@ def with_progress(comm, steps):
     return steps
 
 
+@pytest.mark.slow  # a long scenario: make test, not make test-fast
 def test_progress_reaches_the_parent_as_a_bar(capfd):
     with Cluster(2, start_method="fork") as c:
         res = c.run(with_progress, 10)

@@ -259,6 +259,7 @@ def _late_rank(comm, control):
     return "passed"
 
 
+@pytest.mark.slow  # a long scenario: make test, not make test-fast
 def test_an_alive_rank_that_never_arrives_times_out_with_its_name(clusters):
     cluster = clusters(3)
     control = cluster.share(np.zeros(shm_sync.control_words(3), np.int64))
@@ -311,6 +312,7 @@ def _time_calls(comm, ws, sync, calls):
     return best
 
 
+@pytest.mark.slow  # a long scenario: make test, not make test-fast
 @pytest.mark.parametrize("p", [2, 4])
 def test_spinning_beats_pipe_barriers_on_small_messages(clusters, p):
     # Measured here: 10x at p=2 and 4x at p=4 (4 KB). Other jobs share these 2 cores, so

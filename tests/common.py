@@ -24,6 +24,9 @@ HAVE_MPI = mpiexec_path() is not None and importlib.util.find_spec("mpi4py") is 
 needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py or mpiexec is not installed (pip install '.[mpi]')")
 
 NOTEBOOK_BUDGET_S = 60   # the course's promise: each notebook executes headless within this on 2 cores
+# The tests run the notebooks while other tests load the same 2 cores, so they allow 1.5x; the
+# promise itself is measured on a quiet machine by `make bench` (benchmarks/bench_notebooks.py).
+LOADED_BUDGET_S = 1.5 * NOTEBOOK_BUDGET_S
 NOTEBOOK_TIMEOUT_S = 240  # a hard stop per cell, well beyond the budget, for loaded CI machines
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from course_lib.allreduce_bench import SIZES
 
-from common import NOTEBOOK_BUDGET_S, NOTEBOOKS, needs_mpi
+from common import LOADED_BUDGET_S, NOTEBOOKS, needs_mpi
 
 NOTEBOOK = NOTEBOOKS / "07_beyond_one_machine.ipynb"
 KB, MB = 2 ** 10, 2 ** 20
@@ -33,7 +33,7 @@ def best(table, engine, p, size):
 
 def test_runs_headless_within_the_budget(run):
     table, seconds, _, _ = run
-    assert seconds < NOTEBOOK_BUDGET_S, f"lesson 07 took {seconds:.0f} s (budget {NOTEBOOK_BUDGET_S} s)"
+    assert seconds < LOADED_BUDGET_S, f"lesson 07 took {seconds:.0f} s (budget under load {LOADED_BUDGET_S:g} s)"
     assert table["sizes"] == SIZES
 
 
@@ -63,7 +63,7 @@ def test_printed_verdicts_are_those_of_the_table(run):
     every such line must be there and say what the table says."""
     table, _, _, printed = run
     assert table["bind"] is True              # "with each rank bound to its own core"
-    lines = [line for line in printed.splitlines() if line.startswith("on this run, ")]
+    lines = [line for line in printed.splitlines() if line.startswith("on this run, ") and "MPICH" in line]
     assert len(lines) == 7, lines
     for p in (2, 4):
         for size in (4 * KB, 64 * KB):
@@ -95,11 +95,15 @@ def test_memcpy_beats_every_allreduce_at_every_size(run):
                 assert table[key][i]["best"] > table["memcpy"][i]["best"], (key, size)
 
 
-def test_ring_over_pipes_is_the_slowest_at_every_size(run):
-    table, _, _, _ = run
-    others = [e for e in ("shm", "shm_pipes", "mpi") if ("mpi" != e or ("mpi", 2) in table)]
-    for size in SIZES:
-        for engine in others:
-            assert best(table, "ring", 2, size) > best(table, engine, 2, size), (engine, size)
+def test_the_printed_sizes_where_the_ring_is_slowest_are_the_tables(run):
+    """"the cell below prints the sizes at which the ring was the slowest on this run"."""
+    table, _, text, printed = run
+    assert "is usually the slowest engine" in text and "slowest engine at every size" not in text
+    others = [e for e in ("shm", "shm_pipes", "mpi") if (e, 2) in table]
+    want = [s for s in SIZES if all(best(table, "ring", 2, s) > best(table, e, 2, s) for e in others)]
+    line = next(x for x in printed.splitlines() if x.startswith("on this run, p=2, the ring over Pipes"))
+    assert line.endswith(", ".join(f"{s // KB:,} KB" for s in want) or "no size"), (line, want)
+    # at 4 KB every engine but the ring waits on shared counters or in MPICH: a margin of 2x
+    assert best(table, "ring", 2, 4 * KB) > 2 * best(table, "shm", 2, 4 * KB)
 
 

@@ -30,16 +30,18 @@ lab: $(STAMP)
 TEST_JOBS ?= 3
 XDIST := -n $(TEST_JOBS) --dist loadgroup
 
-# What CI runs: lint, then every test (5 minutes on 2 cores).
+# What CI runs: lint, every test in parallel, then alone on a quiet machine the tests that
+# compare measured time with a model (the notebooks among them).
 test: $(STAMP) $(MPI_STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest tests $(XDIST) -m "not sweep" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests $(XDIST) -m "not sweep and not timing" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests -p no:xdist -m "timing and not sweep" $(PYTEST_ARGS)
 
 # About a minute: lint and the unit tests under the fork start method, without notebooks, the
 # grader's sandbox, mpiexec jobs, 64-worker runs or a browser.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest tests $(XDIST) -m "not slow and not browser and not sweep" \
+	$(BIN)/python -m pytest tests $(XDIST) -m "not slow and not browser and not sweep and not timing" \
 		-k "not spawn and not forkserver" $(PYTEST_ARGS)
 
 # The long sweep (about 25 minutes): every lesson notebook under every start method and in
@@ -48,7 +50,8 @@ test-fast: $(STAMP)
 test-all: $(STAMP) $(MPI_STAMP)
 	$(BIN)/ruff check .
 	COURSE_NOTEBOOK_METHODS=default,spawn,forkserver COURSE_ALL_FIXTURES=1 COURSE_FAULT_WORKERS=64 \
-		$(BIN)/python -m pytest tests $(XDIST) $(PYTEST_ARGS)
+		$(BIN)/python -m pytest tests $(XDIST) -m "not timing" $(PYTEST_ARGS)
+	COURSE_NOTEBOOK_METHODS=default,spawn,forkserver $(BIN)/python -m pytest tests -p no:xdist -m timing $(PYTEST_ARGS)
 
 bench: $(STAMP) $(MPI_STAMP)
 	$(BIN)/python -m benchmarks

@@ -20,6 +20,11 @@ Worker processes, under fork, spawn or forkserver, get a stand-in like any libra
 (by reference: ``course_lib.reference.exNN`` is importable there) and load the notebook
 themselves. Only saved notebooks count: save the exercise notebook after editing it.
 
+Where there is no exercise notebook at all, as in the grader's sandbox (which runs a
+submission's cells in its kernel and has no exercises folder), a function of that name defined
+at the top level of ``__main__`` (the kernel's namespace, inherited by forked workers) is the
+student's answer.
+
 Where the library passes an array for what the question defines as one value
 (``ELEMENTWISE`` in :mod:`course_lib.reference`: the keys of ``ring_lookup``, the worker counts
 of ``comm_time``), the student's function is called once per element.
@@ -282,6 +287,9 @@ def _student_function(qid: str, name: str):
     lesson = lesson_of(qid)
     path = notebook_path(lesson)
     if path is None:
+        in_main = _defined_in_main(name)
+        if in_main is not None:
+            return in_main
         raise NotImplementedError(message(qid, name) + f" (No exercise notebook of lesson {lesson} in "
                                   f"{exercises_dir()}; ${ENV} can name the folder that holds it.)")
     entry = _loaded(path, lesson)
@@ -292,6 +300,14 @@ def _student_function(qid: str, name: str):
                  if entry.unparsed else "")
         raise NotImplementedError(message(qid, name) + (extra or _saved(path)))
     return fn
+
+
+def _defined_in_main(name: str):
+    """The function ``name`` defined at the top level of ``__main__``, or None."""
+    import sys
+
+    fn = getattr(sys.modules.get("__main__"), name, None)
+    return fn if isinstance(fn, types.FunctionType) and fn.__module__ == "__main__" else None
 
 
 def call(qid: str, name: str, args: tuple, params: tuple):

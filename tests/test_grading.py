@@ -251,6 +251,7 @@ def test_solutions_score_full_marks(batch, lesson):
     bad = {q["qid"]: q["message"] for q in row["questions"] if q["status"] != "passed"}
     assert not bad, bad
     assert points(row) == full_marks(lesson) and row["score"] == row["max_score"] > 0
+    assert not row["notes"], f"cells of solutions/{lesson} raised in the sandbox: {row['notes']}"
 
 
 @pytest.mark.parametrize("lesson", LESSONS)

@@ -753,3 +753,24 @@ if __name__ == "__main__":
         sys.modules["mpi4py"] = None
         sys.exit(candidates_main(sys.argv[2], sys.argv[3]))
     sys.exit("usage: python tests/test_release.py candidates SPEC.json OUT.json")
+
+
+def test_without_an_exercise_notebook_the_stand_in_uses_mains_function(tmp_path, monkeypatch):
+    """The grader's sandbox runs a submission's cells in its kernel's __main__ and has no
+    exercises folder: the lesson's library code then runs on the function defined there."""
+    import sys
+    import types
+
+    from course_lib import standin
+
+    monkeypatch.setenv(standin.ENV, str(tmp_path / "nowhere"))
+    monkeypatch.setattr(standin, "_found", {})
+    main = types.ModuleType("__main__")
+    exec("def mixing_rate(W):\n    return 0.25\n", main.__dict__)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    assert standin.call("ex04_2", "mixing_rate", (None,), ("W",)) == 0.25
+    # a name __main__ merely imported, or nothing at all, is not an answer
+    monkeypatch.setattr(standin, "_found", {})
+    main.mixing_rate = len
+    with pytest.raises(NotImplementedError, match="mixing_rate is what exercise ex04_2 asks"):
+        standin.call("ex04_2", "mixing_rate", (None,), ("W",))

@@ -20,30 +20,41 @@ def _noop(comm):
 
 def _raise_on(comm, raising):
     if comm.rank in raising:
-        raise ValueError(f"rank {comm.rank} fails on purpose")
+        raise ValueError(f"rank {comm.rank} fails on purpose, raised at {time.time():.6f}")
     time.sleep(30)  # the others are busy: only the failure path can end the run early
+
+
+DIE_AFTER_S = 0.5
 
 
 def _die_on(comm, rank):
     if comm.rank == rank:
+        time.sleep(DIE_AFTER_S)
         os._exit(3)
     time.sleep(30)
 
 
 def _latencies(n: int, start_method: str) -> dict[str, float]:
+    """Seconds from each failure to the parent's error. Each case starts on warm workers (a failed
+    run restarts them, and that start-up is not the failure's latency)."""
     from course_lib import Cluster, WorkerError, WorkerTimeout
 
     out = {}
     with Cluster(n, start_method=start_method, timeout=60) as cluster:
-        cluster.run(_noop)  # warm up: workers import this module once
-        for label, fn, arg in (("one raises", _raise_on, [n // 2]), ("all raise", _raise_on, list(range(n))),
-                               ("one dies", _die_on, n - 1)):
-            t0 = time.time()
+        for label, fn, arg in (("one raises", _raise_on, [n // 2]), ("all raise", _raise_on, list(range(n)))):
+            cluster.run(_noop)
             try:
                 cluster.run(fn, arg)
             except WorkerError as err:
                 raised = re.search(r"raised at (\d+\.\d+)", str(err))
-                out[label] = time.time() - (float(raised.group(1)) if raised else t0)
+                out[label] = time.time() - float(raised.group(1))
+        cluster.run(_noop)
+        t0 = time.time()
+        try:
+            cluster.run(_die_on, n - 1)
+        except WorkerError:
+            out["one dies"] = time.time() - t0 - DIE_AFTER_S
+        cluster.run(_noop)
         t0 = time.time()
         try:
             cluster.run(_raise_on, [], timeout=1.0)

@@ -211,7 +211,10 @@ def run_measured(fn, events, p):
 
 @harness
 def run_measured_real(fn, p, m, t_op=0.05):
-    """A real GPipe step on p processes with ops padded to t_op seconds; returns fn(res.timeline, p)."""
+    """A real GPipe step on p processes with ops padded to t_op seconds.
+
+    Returns ``(fn(res.timeline, p), events)``: the events as plain tuples, so that a check
+    can judge the answer on the very timeline it was given rather than on a fresh run."""
     from course_lib import Cluster
     from course_lib.model_parallel import init_deep, make_data, pipeline_step
 
@@ -219,7 +222,7 @@ def run_measured_real(fn, p, m, t_op=0.05):
     X, T = make_data(8, 4, 2, seed=4)
     with Cluster(p, timeout=CHECK_TIMEOUT) as cluster:
         res = cluster.run(pipeline_step, layers, X, T, m, "gpipe", t_f=t_op, t_b=t_op)
-    return readable(fn(res.timeline, p))
+    return readable(fn(res.timeline, p)), [tuple(e) for e in res.timeline]
 
 
 def check_measured(f, p, m, want, offset=0.0):
@@ -231,10 +234,18 @@ def check_measured(f, p, m, want, offset=0.0):
 
 
 def check_measured_real(f, p, m, want):
-    got = as_number(run_measured_real(f, p, m), "measured_bubble's result")
-    assert abs(got - float(want)) <= 0.2 * float(want), (
-        f"on a real {p}-stage GPipe run with m={m}, measured_bubble should be within 20% of {num(float(want), 4)}; "
-        f"got {num(got, 4)}.")
+    """On a real run, the answer lies between the ideal schedule's bubble (less 20 %) and 1.
+
+    Why a bound and not a value: every op lasts at least ``t_op`` and the schedule's longest
+    chain has ``2 (m + p - 1)`` of them, so a real run idles at least as much as the ideal
+    one, and a busy machine adds idle time; the grade must not depend on the machine's load.
+    Returns the value and the run's events for a check that judges the value exactly."""
+    got, events = run_measured_real(f, p, m)
+    got = as_number(got, "measured_bubble's result")
+    assert 0.8 * float(want) <= got < 1, (
+        f"on a real {p}-stage GPipe run with m={m}, measured_bubble should be at least the ideal schedule's "
+        f"{num(float(want), 4)} (less 20 % for timing noise) and below 1; got {num(got, 4)}.")
+    return got, events
 
 
 @question("ex06_5", points=2, title="Bubble fraction, measured", names=("measured_bubble",))

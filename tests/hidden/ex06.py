@@ -9,7 +9,8 @@ from course_lib.questions.ex06 import (
     check_row_backward,
     check_row_forward,
 )
-from course_lib.reference.ex06 import predicted_bubble
+from course_lib.reference.ex06 import measured_bubble, predicted_bubble
+from course_lib.runtime.trace import Event, Timeline
 
 
 def network(d_hidden, seed=0, d_in=5, d_out=3, batch=6):
@@ -57,4 +58,9 @@ def offsets_and_a_longer_pipeline(ns):
     f = ns["measured_bubble"]
     check_measured(f, 4, 8, predicted_bubble(4, 8), offset=2.5)
     check_measured(f, 2, 1, predicted_bubble(2, 1), offset=0.7)
-    check_measured_real(f, 4, 6, predicted_bubble(4, 6))
+    # the same real timeline the student's function was given, judged by the reference: exact, whatever the load
+    got, events = check_measured_real(f, 4, 6, predicted_bubble(4, 6))
+    want = measured_bubble(Timeline(Event(*e) for e in events), 4)
+    assert abs(got - want) <= 1e-9, (
+        f"on a real 4-stage GPipe run with m=6, measured_bubble gave {got:.6f}; the idle fraction of that run's "
+        f"compute events is {want:.6f}.")

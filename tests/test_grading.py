@@ -36,7 +36,8 @@ from course_lib.grading.sandbox import Limits
 from common import EXERCISES, FIXTURES, REPO, SOLUTIONS, expected_points
 from common import fixture_header as header
 
-pytestmark = pytest.mark.xdist_group("grading")  # one process grades the batch every test here reads
+# The tests that read the graded batch carry xdist_group("grading") (conftest.py), so that one
+# process grades it; the others spread over the test processes.
 
 LIMITS = Limits()   # the defaults an instructor gets: cells 20 s, each question its own limit (<= 20 s)
 # For the misbehaving ones: short limits, longer where every Cluster start re-imports Python (spawn, forkserver).

@@ -48,8 +48,14 @@ def need_commute(op, name):
 
 # -- reduce ---------------------------------------------------------------------------
 def reduce_binomial(t, obj, op, root=0):
+    """Binomial tree rooted at ``root`` (ranks rotated by ``root``), ``lg p`` rounds.
+
+    A non-commutative op, or any object that is not a numpy array, is combined in rank
+    order instead: the tree reduces to rank 0 and rank 0 hands the result to the root, one
+    message more. That is what mpi4py's ``reduce`` does, and where the order shows (a SUM
+    of lists concatenates them) the root gets ``[0, 1, ..., p-1]``, not a rotation of it."""
     p, r = t.size, t.rank
-    if not op.commute and root != 0:
+    if root != 0 and (not op.commute or not is_array(obj)):
         # keep rank order: reduce to rank 0, then hand the result to the root
         res = reduce_binomial(t, obj, op, 0)
         if r == 0:

@@ -85,12 +85,20 @@ def _prod(a, b):
     return np.multiply(a, b) if _is_array(a) or _is_array(b) else operator.mul(a, b)
 
 
+def _has_elements(x) -> bool:
+    """An array with at least one axis: MAX and MIN compare it element by element."""
+    return _is_array(x) and x.ndim > 0
+
+
+# mpi4py's MAX is ``y if y > x else x`` on whole objects: for a 0-d array it returns the
+# larger operand itself (a 0-d array, not a numpy scalar), and on arrays with axes it
+# raises; course_lib compares those element-wise instead, as numpy users expect.
 def _max(a, b):
-    return np.maximum(a, b) if _is_array(a) or _is_array(b) else max(a, b)
+    return np.maximum(a, b) if _has_elements(a) or _has_elements(b) else max(a, b)
 
 
 def _min(a, b):
-    return np.minimum(a, b) if _is_array(a) or _is_array(b) else min(a, b)
+    return np.minimum(a, b) if _has_elements(a) or _has_elements(b) else min(a, b)
 
 
 def _loc(a, b, better):

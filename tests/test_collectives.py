@@ -542,3 +542,36 @@ def test_chunking_matches_array_split():
     for n in range(0, 20):
         for p in range(1, 9):
             assert chunk_sizes(n, p) == [len(c) for c in np.array_split(np.zeros(n), p)]
+
+
+# -- what the messages carried: holdings decoded from the data itself ------------------
+def _count(mask) -> int:
+    return bin(int(mask)).count("1")
+
+
+@pytest.mark.parametrize("p", range(2, 10))
+def test_ring_holdings_follow_the_chunks(p):
+    from course_lib.collectives.schedule import holdings
+
+    n = 3 * p
+    H = holdings("allreduce", "ring", p, n)
+    chunk = np.array_split(np.arange(n), p)
+    assert H.shape == (2 * (p - 1) + 1, p, n)
+    assert (H[0] == [[1 << r] * n for r in range(p)]).all()             # the start: own only
+    for s in range(p - 1):                                              # reduce-scatter, step s
+        for r in range(p):
+            c = (r - s - 2) % p
+            assert {_count(m) for m in H[s + 1, r, chunk[c]]} == {s + 2}
+    for r in range(p):                                                  # then chunk r is complete
+        assert (H[p - 1, r, chunk[r]] == (1 << p) - 1).all()
+    assert (H[-1] == (1 << p) - 1).all()                                # allgather: all, everywhere
+    assert all((H[k] != H[k + 1]).any() for k in range(len(H) - 1))    # every round changes something
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_recursive_doubling_holdings_double_every_round(p):
+    from course_lib.collectives.schedule import holdings
+
+    H = holdings("allreduce", "recursive_doubling", p, 4)
+    for k in range(len(H)):
+        assert {_count(m) for m in H[k].reshape(-1)} == {2 ** k}

@@ -50,3 +50,25 @@ def test_the_backward_costs_one_allreduce_of_two_sums_per_feature(ran):
     assert v["backward_msgs"] == [2, 2, 2, 2]                     # recursive doubling, 4 ranks: lg 4
     assert v["backward_bytes"] == [2 * 2 * 3 * 8] * 4              # 2 messages x (2 x 3 float64)
     assert "2 messages, each the 2 x 3 float64 sums = 48 bytes" in ran.printed
+
+
+def test_the_ring_figure_follows_the_chunks(ran):
+    """Each panel differs from the one before; the reduce-scatter ends with each rank holding one
+    complete chunk, the allgather with everyone holding everything (the printed counts)."""
+    held = ran.values["ring_held"]
+    assert held.shape == (7, 4, 12)
+    assert all((held[k] != held[k + 1]).any() for k in range(6))
+    assert ran.values["complete"] == [[0] * 4] * 3 + [[0] * 4] + [[0] * 4] * 2 + [[1] * 4]
+    for r in range(4):
+        assert (held[3, r, 3 * r:3 * r + 3] == 0b1111).all()           # chunk r complete after round 3
+    assert "ranks holding the whole sum after each round: [0, 0, 0, 0, 0, 0, 4]" in ran.printed
+
+
+def test_the_bytes_table_shows_the_busiest_rank_and_what_the_text_says_of_it(ran):
+    v = ran.values
+    rows = {alg: (total, busiest, msgs) for alg, total, busiest, msgs in v["rows"]}
+    for total, busiest, _ in rows.values():
+        assert total / 4 <= busiest <= total                             # 4 ranks: at least the mean
+    assert rows["ring"][0] == rows["reduce_bcast"][0] == 2 * 3 * 1001 * 4  # "for the same total"
+    assert rows["ring"][1] < rows["reduce_bcast"][1]                      # the ring's busiest sends less
+    assert v["busiest"] == {a: b for a, (_, b, _) in rows.items()}

@@ -88,8 +88,9 @@ def reduce_flat(t, obj, op, root=0):
 
 # -- reduce-scatter (returns this rank's chunk of the flattened result) -----------------
 def rs_ring(t, x, op):
-    """After step s rank r holds the partial sum of chunk r - s - 1 over s + 2 ranks;
-    after p - 1 steps it holds chunk r complete."""
+    """At step s (from 0) rank r sends chunk r - s - 1 to the right and adds what comes from
+    the left into chunk r - s - 2, which then holds the partial sum over s + 2 ranks; after
+    p - 1 steps it holds chunk r complete (see ``schedule.holdings``)."""
     need_array(x, "ring")
     need_commute(op, "ring")
     p, r = t.size, t.rank

@@ -107,3 +107,22 @@ def test_the_printed_sizes_where_the_ring_is_slowest_are_the_tables(run):
     assert best(table, "ring", 2, 4 * KB) > 2 * best(table, "shm", 2, 4 * KB)
 
 
+
+
+def test_the_setup_cell_finds_the_course_from_any_working_directory(tmp_path):
+    """Jupyter may start anywhere: the first code cell locates examples/ and the figures folder
+    from course_lib's own location, not from the working directory."""
+    import subprocess
+    import sys
+
+    import nbformat
+
+    from common import REPO
+
+    cell = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code")
+    probe = cell + "\nprint(ROOT, FIGURES)\n"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    root, figures = out.stdout.strip().splitlines()[-1].split()
+    assert root == str(REPO.resolve()) and figures == str(REPO.resolve() / "notebooks" / "figures")
+    assert not any(tmp_path.iterdir()), "the cell wrote into the working directory"

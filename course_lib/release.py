@@ -3,14 +3,15 @@
 The release folder (and ``DIR.tar.gz`` next to it) holds what students get:
 
 * ``notebooks/`` (the lessons) and ``exercises/`` (what they solve), without outputs;
+* ``examples/``, the programs lesson 07 launches with mpiexec (they call the library only);
 * ``course_lib/`` with the visible checks (``course_lib/questions``) and the grader, but with
   ``course_lib/reference`` replaced by *stand-ins*: each function a question asks for becomes a
   function of the same name and parameters that runs the student's own answer from the exercise
   notebook (:mod:`course_lib.standin`), or says which exercise to solve;
 * ``pyproject.toml``, ``environment.yml``, a README and a Makefile for students.
 
-It leaves out ``solutions/``, ``tests/`` (the hidden checks and the fixtures), the benchmarks and
-the examples. ``tests/test_release.py`` checks that no answer gets through.
+It leaves out ``solutions/``, ``tests/`` (the hidden checks and the fixtures) and the benchmarks.
+``tests/test_release.py`` checks that no answer gets through.
 
 The grader builds its sandbox's library with :func:`build_library`, so graded code sees the
 library students have.
@@ -243,6 +244,7 @@ def build(out="release", root: Path = ROOT, archive: bool = True) -> Path:
     _copy_notebooks(root / "notebooks", out / "notebooks")
     _copy_notebooks(root / "exercises", out / "exercises")
     build_library(out, root / "course_lib")
+    shutil.copytree(root / "examples", out / "examples", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "environment.yml"):
         shutil.copy2(root / name, out / name)
     (out / "README.md").write_text(STUDENT_README, encoding="utf-8")

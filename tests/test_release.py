@@ -233,8 +233,11 @@ def test_reference_answers_pass_their_questions(qid):
 
 def test_release_has_no_solutions_tests_or_their_lines(release):
     assert not (release / "solutions").exists() and not (release / "tests").exists()
-    for sub in ("notebooks", "exercises", "course_lib", "course_lib/questions"):
+    for sub in ("notebooks", "exercises", "course_lib", "course_lib/questions", "examples"):
         assert (release / sub).is_dir(), sub
+    # lesson 07 launches these with mpiexec: without them its cells fail in the students' copy
+    for program in ("collectives.py", "mapreduce_gd.py", "gossip.py"):
+        assert (release / "examples" / program).is_file(), program
     for name in ("pyproject.toml", "environment.yml", "README.md", "Makefile"):
         assert (release / name).is_file(), name
     with tarfile.open(release.parent / f"{release.name}.tar.gz") as t:

@@ -74,7 +74,7 @@ def test_ring_lookup_wraps_around():
 
 
 @pytest.mark.parametrize("S", [4, 8])
-def test_join_and_leave_move_about_K_over_S_keys_modulo_moves_most(S):
+def test_a_join_moves_about_K_over_S_plus_1_keys_a_leave_its_own_modulo_moves_most(S):
     K = 1 << 15
     ring = HashRing(range(S), K, vnodes=64)
     bigger = ring.copy()

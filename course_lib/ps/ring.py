@@ -5,8 +5,10 @@ feature ids). Each server ``s`` puts ``v`` *virtual nodes* (points) on the ring.
 ``p_i`` owns the arc ``(p_{i-1}, p_i]``: a key ``k`` belongs to the first point ``>= k``
 clockwise, wrapping around to ``p_0`` after the last point.
 
-With ``S`` servers a join or a leave moves about ``K / S`` keys (only the arcs of the new
-or departed server), while ``hash(k) mod S`` moves a fraction ``1 - 1/S`` of all keys.
+With ``S`` servers and many points each, a join moves only the new server's arcs, about
+``K / (S + 1)`` keys (its share of ``S + 1`` servers), and a leave exactly the departed server's
+keys (about ``K / S``), while going from ``hash(k) mod S`` to ``mod (S + 1)`` moves a fraction
+``S / (S + 1)`` of all keys.
 The arcs are the *key ranges* of Li et al. (OSDI 2014): range ``i`` is replicated on the
 servers of the next points clockwise (chain replication).
 """

@@ -58,7 +58,7 @@ LESSONS = (
     Lesson("02", "collectives", 'Collective communication, costed',
            time='60 / 60 min', package='collectives',
            questions=('ex02_1', 'ex02_2', 'ex02_3', 'ex02_4'),
-           tests=('test_collectives.py', 'test_syncbn.py'),
+           tests=('test_collectives.py', 'test_syncbn.py', 'test_lesson02.py'),
            summary=(
                "the MPI vocabulary with mpi4py's methods; step through who sends what to whom (barrier, bcast, "
                'scatter/gather, allgather ring / recursive doubling / Bruck, reduce-scatter, allreduce tree / '
@@ -70,7 +70,7 @@ LESSONS = (
     Lesson("03", "async_parameter_server", 'The asynchronous parameter server, staleness, and Hogwild!',
            time='45 / 40 min', package='async_ps',
            questions=('ex03_1', 'ex03_2', 'ex03_3', 'ex03_4'),
-           tests=('test_async_ps.py',),
+           tests=('test_async_ps.py', 'test_lesson03.py'),
            summary=(
                "an asynchronous parameter server on real processes: the staleness of every gradient, the seeds' "
                'two fast workers and a slow one (histogram, gradients many versions late, loss jumps), sync vs '
@@ -91,7 +91,7 @@ LESSONS = (
     Lesson("05", "parameter_server_internals", 'Inside the parameter server',
            time='45 / 40 min', package='ps',
            questions=('ex05_1', 'ex05_2', 'ex05_3', 'ex05_4'),
-           tests=('test_ps.py',),
+           tests=('test_ps.py', 'test_lesson05.py'),
            summary=(
                'inside the parameter server (Li et al., OSDI 2014): key ranges on a consistent-hashing ring, '
                'sorted-key push/pull over several server processes, sparse logistic regression pulling only '

@@ -80,7 +80,7 @@ LESSONS = (
     Lesson("04", "gossip", 'Decentralized learning, gossip and D-PSGD',
            time='60 / 40 min', package='gossip',
            questions=('ex04_1', 'ex04_2', 'ex04_3', 'ex04_4'),
-           tests=('test_gossip.py',),
+           tests=('test_gossip.py', 'test_lesson04.py'),
            summary=(
                'peer-to-peer learning on networkx graphs: Metropolis-Hastings weights and their spectrum '
                '(lambda_2, lambda_n, r = max(lambda_2, abs(lambda_n))), gossip on real node processes with Pipes '

@@ -575,3 +575,18 @@ def test_recursive_doubling_holdings_double_every_round(p):
     H = holdings("allreduce", "recursive_doubling", p, 4)
     for k in range(len(H)):
         assert {_count(m) for m in H[k].reshape(-1)} == {2 ** k}
+
+
+def test_bruck_alltoall_refuses_items_of_different_shapes_with_a_clear_error():
+    def body(t):
+        items = [np.zeros(3 if t.rank == 0 else 4) for _ in range(t.size)]
+        return ALGORITHMS["alltoall"]["bruck"](t, items)
+
+    with pytest.raises(Exception, match="one shape and dtype; use algorithm='pairwise'"):
+        simulate(4, body)
+
+
+def test_bruck_alltoall_moves_any_python_objects_in_lg_p_rounds():
+    res, _, M = simulate(5, lambda t: ALGORITHMS["alltoall"]["bruck"](t, [f"{t.rank}->{j}" for j in range(t.size)]))
+    assert res == [[f"{i}->{r}" for i in range(5)] for r in range(5)]
+    assert (M.sum(axis=1) == 3).all()                                    # ceil(lg 5)

@@ -72,3 +72,12 @@ def test_the_bytes_table_shows_the_busiest_rank_and_what_the_text_says_of_it(ran
     assert rows["ring"][0] == rows["reduce_bcast"][0] == 2 * 3 * 1001 * 4  # "for the same total"
     assert rows["ring"][1] < rows["reduce_bcast"][1]                      # the ring's busiest sends less
     assert v["busiest"] == {a: b for a, (_, b, _) in rows.items()}
+
+
+def test_alltoall_bruck_against_pairwise_as_printed(ran):
+    a2a = ran.values["a2a"]
+    assert a2a["pairwise"][:3] == ([3] * 4, [3 * 64] * 4, True)          # p - 1 messages, each item once
+    assert a2a["bruck"][:3] == ([2] * 4, [4 * 64] * 4, True)             # ceil(lg 4) rounds; slots 1,3 then 2,3
+    for alg in a2a:
+        assert a2a[alg][3] == [a2a[alg][1], a2a[alg][0]]                 # the cost rows' formula, exactly
+    assert "Bruck: 2 messages instead of 3, 256 bytes instead of 192 per rank" in ran.printed

@@ -29,6 +29,12 @@ def executed_notebook():
     return get
 
 
+@pytest.fixture(scope="module")
+def ran(executed_notebook, request) -> ExecutedNotebook:
+    """The notebook named by the test module's ``NOTEBOOK``, executed once (tests/test_lessonNN.py)."""
+    return executed_notebook(request.module.NOTEBOOK)
+
+
 @pytest.fixture(autouse=True)
 def _note_the_children_alive_before_the_test():
     """What a test may leave behind is judged against the processes alive when it began: a

@@ -15,10 +15,6 @@ NOTEBOOK = NOTEBOOKS / "02_collectives.ipynb"
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(NOTEBOOK.stem)]
 
 
-@pytest.fixture(scope="module")
-def ran(executed_notebook):
-    return executed_notebook(NOTEBOOK)
-
 
 def test_syncbn_forward_is_the_single_device_one_and_per_worker_is_not(ran):
     v = ran.values

@@ -10,10 +10,6 @@ NOTEBOOK = NOTEBOOKS / "03_async_parameter_server.ipynb"
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(NOTEBOOK.stem)]
 
 
-@pytest.fixture(scope="module")
-def ran(executed_notebook):
-    return executed_notebook(NOTEBOOK)
-
 
 def test_one_process_is_serial_sgd_and_the_verdicts_are_the_runs(ran):
     for name, (l_serial, one, free, _) in ran.values["hog"].items():

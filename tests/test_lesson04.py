@@ -21,10 +21,6 @@ NOTEBOOK = NOTEBOOKS / "04_gossip.ipynb"
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(NOTEBOOK.stem)]
 
 
-@pytest.fixture(scope="module")
-def ran(executed_notebook):
-    return executed_notebook(NOTEBOOK)
-
 
 def printed_line(ran, start):
     lines = [x for x in ran.printed.splitlines() if x.startswith(start)]

@@ -21,10 +21,6 @@ NOTEBOOK = NOTEBOOKS / "05_parameter_server_internals.ipynb"
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(NOTEBOOK.stem)]
 
 
-@pytest.fixture(scope="module")
-def ran(executed_notebook):
-    return executed_notebook(NOTEBOOK)
-
 
 def line(ran, start: str) -> str:
     """The one printed line that starts with ``start``."""

@@ -87,9 +87,15 @@ def test_the_text_claims_nothing_about_mpich_that_this_run_must_show(run):
     assert "the cell below prints the verdict" in text
 
 
-def test_memcpy_beats_every_allreduce_at_every_size(run):
-    table, _, _, _ = run
+def test_memcpy_beats_every_allreduce_from_1_mb_up(run):
+    """Below 1 MB the data sit in the caches and two ranks, each reducing half, can come close
+    to (and on one CI run beat, 20.6 against 23.6 us at 64 KB) a one-core memcpy: the text
+    claims the ceiling only from 1 MB up, where every engine was 4x or more above it."""
+    table, _, text, _ = run
+    assert "from 1 MB up memcpy beats every allreduce" in text
     for i, size in enumerate(SIZES):
+        if size < MB:
+            continue
         for key in table:
             if isinstance(key, tuple):
                 assert table[key][i]["best"] > table["memcpy"][i]["best"], (key, size)

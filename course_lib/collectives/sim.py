@@ -23,10 +23,17 @@ def payload_bytes(obj) -> int:
     return len(body) + sum(b.raw().nbytes for b in bufs)
 
 
+class RankFailed(Exception):
+    """Another rank raised: this rank's wait stops (the runtime's Cluster does the same)."""
+
+
 class SimTransport:
-    def __init__(self, rank, size, queues, nbytes, nmsgs, timeout):
+    POLL = 0.02  # seconds between looks at the abort flag while a receive waits
+
+    def __init__(self, rank, size, queues, nbytes, nmsgs, timeout, abort=None):
         self.rank, self.size = rank, size
         self._q, self._bytes, self._msgs, self._timeout = queues, nbytes, nmsgs, timeout
+        self._abort = abort if abort is not None else threading.Event()
 
     def send(self, obj, dest):
         if not 0 <= dest < self.size or dest == self.rank:
@@ -40,10 +47,15 @@ class SimTransport:
     def recv(self, source):
         if not 0 <= source < self.size or source == self.rank:
             raise ValueError(f"rank {self.rank}: bad source {source}")
-        try:
-            return self._q[source][self.rank].get(timeout=self._timeout)
-        except queue.Empty:
-            raise TimeoutError(f"rank {self.rank} waited {self._timeout}s for rank {source}: deadlock?") from None
+        waited = 0.0
+        while waited < self._timeout:  # in slices, so that a failure elsewhere ends the wait at once
+            if self._abort.is_set():
+                raise RankFailed(f"rank {self.rank} stopped waiting for rank {source}: another rank failed")
+            try:
+                return self._q[source][self.rank].get(timeout=self.POLL)
+            except queue.Empty:
+                waited += self.POLL
+        raise TimeoutError(f"rank {self.rank} waited {self._timeout}s for rank {source}: deadlock?")
 
     def sendrecv(self, obj, dest, source):
         self.send(obj, dest)
@@ -56,19 +68,22 @@ def simulate(p, fn, *args, timeout=10.0):
     nbytes = np.zeros((p, p), np.int64)
     nmsgs = np.zeros((p, p), np.int64)
     results, errors = [None] * p, [None] * p
+    abort = threading.Event()
 
     def body(r):
         try:
-            results[r] = fn(SimTransport(r, p, queues, nbytes, nmsgs, timeout), *args)
+            results[r] = fn(SimTransport(r, p, queues, nbytes, nmsgs, timeout, abort), *args)
         except BaseException as e:  # noqa: BLE001 - reported below
             errors[r] = e
+            abort.set()
 
     threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(p)]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    for r, e in enumerate(errors):
+    # the cause, not the ranks that stopped because of it
+    for r, e in sorted(enumerate(errors), key=lambda re_: isinstance(re_[1], RankFailed)):
         if e is not None:
             raise RuntimeError(f"rank {r} failed: {e!r}") from e
     for src in range(p):

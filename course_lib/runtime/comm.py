@@ -39,7 +39,7 @@ from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from .control import BarrierArrived, BarrierRelease, Progress
 from .groups import GroupMethods
 from .mpi4py_methods import MPI4PY_COMM_METHODS
-from .netem import Network
+from .netem import Downlink, Network
 from .p2p import PointToPoint, Request, Status, as_rank
 from .trace import Stats, Tracer
 
@@ -122,6 +122,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         self._run_id, self._t0 = run_id, t0
         self._network = network
         self._instant = network.is_instant
+        self._downlink = Downlink() if network.downlink and not network.is_instant else None
         self._slow = float(slow.get(self.rank, 1.0))
         self._fault = faults.get(self.rank)
         self._pending: deque[wire.Message] = deque()
@@ -389,6 +390,10 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
             self._acked.add(msg.obj)
             return None
         msg.source, msg.read_end = peer, _now()
+        if self._downlink is not None and msg.ready_at:  # the emulated network stamped it
+            # my downlink takes it after the messages read before it (incast, see netem.py)
+            transmit, _ = self._network.cost(peer, self.rank, msg.nbytes)
+            msg.ready_at = self._downlink.deliver(msg.ready_at, transmit)
         return msg
 
     def _mark_dead(self, peer: int) -> None:

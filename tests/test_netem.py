@@ -1,0 +1,109 @@
+"""The emulated network on real processes: the sender's uplink and the receiver's downlink.
+
+The model (course_lib/runtime/netem.py): a message of n bytes over a link of bandwidth B
+keeps the sender busy n / B and is delivered at max(ready_at, free + n / B) by the
+receiver's downlink. So p senders to one receiver take about p * n / B (incast), one
+sender's stream is unchanged, and the counts of messages and bytes do not depend on it.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from course_lib import Cluster, Network
+from course_lib.runtime.netem import Downlink
+
+from runtime_checks import assert_clean
+
+N_BYTES = 200_000
+BANDWIDTH = 20e6             # 200 kB in 10 ms per link
+TRANSMIT = N_BYTES / BANDWIDTH
+
+
+@pytest.fixture(scope="module")
+def cluster4():
+    with Cluster(4, start_method="fork", timeout=30) as c:
+        yield c
+    assert_clean()
+
+
+def gather_at_zero(comm, senders, repeats=3):
+    """Ranks 1..senders send n bytes to rank 0 at once; rank 0's best time to receive them all."""
+    best = math.inf
+    for _ in range(repeats):
+        comm.barrier()
+        if comm.rank == 0:
+            start = comm.now()
+            for source in range(1, senders + 1):
+                comm.recv(source=source)
+            best = min(best, comm.now() - start)
+        elif comm.rank <= senders:
+            comm.send(np.zeros(N_BYTES, dtype=np.uint8), 0)
+    return best
+
+
+def stream_to_zero(comm, count):
+    """Rank 1 sends ``count`` messages of n bytes to rank 0, back to back; rank 0's time."""
+    comm.barrier()
+    if comm.rank == 0:
+        start = comm.now()
+        for _ in range(count):
+            comm.recv(source=1)
+        return comm.now() - start
+    if comm.rank == 1:
+        for _ in range(count):
+            comm.send(np.zeros(N_BYTES, dtype=np.uint8), 0)
+
+
+def test_the_downlink_formula():
+    """delivered = max(ready_at, free + n / B); free = delivered."""
+    link = Downlink()
+    assert link.deliver(1.0, 0.5) == 1.0              # a lone message: its ready_at
+    assert link.deliver(1.0, 0.5) == 1.5              # a second one ready at the same time waits 0.5
+    assert link.deliver(1.2, 0.5) == 2.0
+    assert link.deliver(5.0, 0.5) == 5.0              # the downlink was free long before
+    assert Network().downlink and Network().is_instant and Network(downlink=False).is_instant
+
+
+def test_incast_p_senders_take_p_transmissions(cluster4):
+    """Three workers send 200 kB at once to one server over 20 MB/s links: about 3 x 10 ms,
+    against 10 ms for one sender and for three senders when only the sender is charged."""
+    net = Network(bandwidth=BANDWIDTH)
+    one = cluster4.run(gather_at_zero, 1, network=net)[0]
+    three = cluster4.run(gather_at_zero, 3, network=net)[0]
+    sender_only = cluster4.run(gather_at_zero, 3, network=Network(bandwidth=BANDWIDTH, downlink=False))[0]
+    assert 0.9 * TRANSMIT <= one < 2.0 * TRANSMIT, one
+    assert 0.9 * 3 * TRANSMIT <= three < 3 * TRANSMIT + 0.02, three
+    assert 2.4 < three / one < 3.6, (three, one)
+    assert sender_only < 2.0 * TRANSMIT, sender_only        # the old model: no incast
+
+
+def test_one_senders_stream_is_unchanged_by_the_downlink(cluster4):
+    """The uplink already spaces one sender's messages n / B apart: the downlink adds nothing."""
+    both = cluster4.run(stream_to_zero, 4, network=Network(bandwidth=BANDWIDTH))[0]
+    sender_only = cluster4.run(stream_to_zero, 4, network=Network(bandwidth=BANDWIDTH, downlink=False))[0]
+    assert 0.9 * 4 * TRANSMIT <= both < 4 * TRANSMIT + 0.02
+    assert 0.8 < both / sender_only < 1.25, (both, sender_only)
+
+
+def test_incast_shows_as_network_wait_and_keeps_the_counts(cluster4):
+    """The receiver's extra time is traced as "wait" labelled "network"; the messages and bytes
+    counted are those of an instant network."""
+    res = cluster4.run(gather_at_zero, 3, 1, network=Network(bandwidth=BANDWIDTH))
+    instant = cluster4.run(gather_at_zero, 3, 1)
+    waits = res.timeline.of(rank=0, kind="wait")
+    network_wait = sum(e.duration for e in waits if e.label == "network")
+    assert network_wait >= 0.9 * 2 * TRANSMIT, network_wait   # the 2nd and 3rd message wait behind the 1st
+    assert np.array_equal(res.stats.bytes, instant.stats.bytes)
+    assert np.array_equal(res.stats.messages, instant.stats.messages)
+    assert res.stats.bytes_received(0) == 3 * N_BYTES
+
+
+def test_per_link_bandwidth_is_the_downlinks_too(cluster4):
+    """A slow link (1 -> 0) occupies the downlink for its own n / B: 3 senders, one of them 4x slower."""
+    net = Network(bandwidth=BANDWIDTH, links={(1, 0): (0.0, BANDWIDTH / 4)})
+    t = cluster4.run(gather_at_zero, 3, network=net)[0]
+    # rank 1's message is ready after 4 n / B and read first; ranks 2 and 3 then take n / B each
+    assert 0.9 * 6 * TRANSMIT <= t < 6 * TRANSMIT + 0.03, t

@@ -270,3 +270,127 @@ def test_shifted_shards_make_a_compromise():
     # each shard alone is fit much better than the whole: the shards disagree
     per_shard = np.mean([optimal_loss(X[s], y[s]) for s in shards(900, 3)])
     assert per_shard < 0.2 * optimal_loss(X, y)
+
+
+# ---------------------------------------------------------------- timestamps
+def test_timestamps_are_monotone_per_worker_and_agree_with_the_trace(data):
+    """Every gradient carries its worker's send time on the run clock: increasing per worker, after
+    the compute that made it and before the traced send that carried it, and before the server got it."""
+    X, y = data
+    res = train_async(X, y, n_workers=3, n_updates=60, compute_time=0.002, slow={3: 4})
+    rec, tl = res.records, res.run.timeline
+    assert np.all(rec["sent"] <= rec["time"]), "a gradient arrived before it was sent"
+    for r in (1, 2, 3):
+        mine = rec["sent"][rec["worker"] == r]
+        sent = res.worker_sent[r]
+        assert len(mine) >= 1 and np.all(np.diff(sent) > 0), r
+        assert np.array_equal(sent[:len(mine)], mine), r          # the server got them in the order sent
+        computes = tl.of(r, "compute")
+        sends = [e for e in tl.of(r, "send") if e.peer == 0]
+        assert len(computes) == len(sent) and len(sends) == len(sent) + 1   # + the goodbye
+        for stamp, c, s in zip(sent, computes, sends):
+            assert c.end <= stamp <= s.start, (r, c, stamp, s)
+    times = res.updates["time"]
+    assert len(times) == res.version and np.all(np.diff(times) >= 0)
+    applied = rec["time"][rec["applied"]]
+    assert np.all(applied <= times) and np.all(times <= res.wall_time)  # each update just after its gradient came
+
+
+def test_sync_rounds_are_timestamped_when_they_close(data):
+    X, y = data
+    res = train_async(X, y, n_workers=3, n_updates=8, policy="sync", compute_time=0.002, slow={3: 4})
+    times, rec = res.updates["time"], res.records
+    assert len(times) == 8 and np.all(np.diff(times) > 0)
+    for v in range(8):   # round v closes after the last gradient it used (all three: no backups)
+        used = rec["time"][rec["applied"] & (rec["version"] == v)]
+        assert len(used) == 3 and used.max() <= times[v]
+
+
+# ---------------------------------------------------------------- federated averaging
+def test_fedavg_is_the_size_weighted_average():
+    from course_lib.async_ps import fedavg
+
+    models = [np.array([1.0, 0.0]), np.array([0.0, 4.0]), np.array([2.0, 2.0])]
+    assert np.allclose(fedavg(models, [1, 1, 2]), [1.25, 2.0])
+    assert np.allclose(fedavg(models[:1], [7]), models[0])
+
+
+@pytest.fixture(scope="module")
+def star4():
+    import networkx as nx
+
+    import course_lib as cl
+
+    with cl.Cluster(5, graph=nx.star_graph(4)) as cluster:
+        yield cluster
+
+
+def test_fedavg_with_one_local_step_equal_sizes_is_synchronous_sgd(data, star4):
+    """E = 1, everybody answers, equal shards: the average of one step from w on each shard is one
+    step of the full gradient, w - lr * grad f(w) (McMahan's FedSGD); and every round moves
+    2 p models, as the runtime counts them."""
+    from course_lib.async_ps import train_fedavg
+    from course_lib.reference.ex01 import full_gradient
+
+    X, y = data
+    res = train_fedavg(X, y, n_clients=4, n_rounds=12, local_steps=1, lr=0.1, cluster=star4)
+    w = np.zeros(X.shape[1])
+    for t in range(1, 13):
+        w = w - 0.1 * full_gradient(X, y, w)
+        assert np.allclose(res.models[t], w, rtol=0, atol=1e-12), t
+    assert res.answered == [(1, 2, 3, 4)] * 12 and res.late == 0
+    assert res.bytes_moved == 12 * 2 * 4 * res.model_bytes == 12 * 2 * 4 * X.shape[1] * 8
+    assert res.run.stats.messages_sent(0) == 12 * 4 + 4          # + the stop signals (0 bytes)
+
+
+def test_fedavg_on_processes_equals_one_process_bit_for_bit_with_unequal_shards(data, star4):
+    from course_lib.async_ps import fedavg_serial, train_fedavg
+
+    X, y = data
+    shards = [(0, 100), (100, 400), (400, 450), (450, 1000)]
+    res = train_fedavg(X, y, n_clients=4, n_rounds=6, local_steps=5, lr=0.1, shard_ranges=shards, cluster=star4)
+    want = fedavg_serial(X, y, shards, 6, 5, 0.1)
+    assert np.array_equal(res.models, want)
+    assert res.sizes == (100, 300, 50, 550)
+
+
+def test_fedavg_local_steps_cut_rounds_on_iid_data_and_drift_on_non_iid(star4):
+    from course_lib.async_ps import optimal_loss, train_fedavg
+
+    for shift, drifts in ((0.0, False), (1.0, True)):
+        X, y, _ = make_least_squares(2000, 20, seed=0, n_shards=4, shard_shift=shift)
+        f_star = optimal_loss(X, y)
+        f0 = float(y @ y) / (2 * len(y))
+        target = f_star + 1e-3 * (f0 - f_star)
+        one, many = (train_fedavg(X, y, 4, 60, E, 0.1, cluster=star4) for E in (1, 20))
+        assert one.rounds_to(X, y, target) is not None
+        if drifts:   # each client pulls towards its own optimum: a floor above the minimum
+            assert many.losses(X, y)[-1] - f_star > 10 * (one.losses(X, y)[-1] - f_star)
+        else:
+            assert many.rounds_to(X, y, target) * 5 <= one.rounds_to(X, y, target)
+
+
+def test_fedavg_proceeding_without_a_slow_client_drops_its_answers(data, star4):
+    """min_answers = 3 of 4 with client 4 eight times slower: client 4 never makes a round, its late
+    answers are dropped, and the bytes are exactly the models the server counted."""
+    from course_lib.async_ps import fedavg_serial, train_fedavg
+
+    X, y = data
+    res = train_fedavg(X, y, n_clients=4, n_rounds=10, local_steps=2, lr=0.1, min_answers=3,
+                       compute_time=0.002, slow={4: 8}, cluster=star4)
+    assert res.share_of(4) == 0 and all(a == (1, 2, 3) for a in res.answered)
+    assert res.late >= 1 and res.models_sent == res.models_received
+    assert res.bytes_moved == (res.models_sent + res.models_received) * res.model_bytes
+    assert res.models_sent < 10 * 4                        # the busy client was not sent every round's model
+    shards = [(0, 250), (250, 500), (500, 750), (750, 1000)]
+    assert np.array_equal(res.models, fedavg_serial(X, y, shards, 10, 2, 0.1, answered=res.answered))
+    assert np.all(np.diff(res.times) > 0)
+
+
+def test_fedavg_refuses_bad_settings(data):
+    from course_lib.async_ps import train_fedavg
+
+    X, y = data
+    for kw in (dict(min_answers=0), dict(min_answers=5), dict(local_steps=0), dict(shard_ranges=[(0, 10)])):
+        with pytest.raises(ValueError):
+            train_fedavg(X, y, n_clients=4, **kw)

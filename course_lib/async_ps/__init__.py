@@ -4,16 +4,18 @@
 * :mod:`.experiment`: ``train_async(X, y, ...)`` runs it on real processes -> :class:`PSResult`.
 * :mod:`.theory`: backup-worker wait ``mu (H_{N+b} - H_b)`` and its Monte Carlo check.
 * :mod:`.hogwild`: lock-free SGD on a shared-memory vector, a locked variant, a serial baseline.
+* :mod:`.fedavg`: federated averaging (McMahan et al. 2017), the limit of a slow worker -> :class:`FedAvgResult`.
 * :mod:`.problems`: data, losses, serial SGD baselines, the sparsity statistics of Hogwild!.
 
 The functions the exercises ask for (the apply step, the staleness-aware step size, the Hogwild!
-worker loop, the backup-worker wait) live in :mod:`course_lib.reference.ex03`; this package
+worker loop, the backup-worker wait, FedAvg's weighted average) live in :mod:`course_lib.reference.ex03`; this package
 imports them from there and keeps their names.
 """
 # Lesson 01's full gradient (question ex01_1), under the name this package used to give it.
 from course_lib.reference.ex01 import full_gradient as gradient
 
 from .experiment import PSResult, train_async
+from .fedavg import FedAvgResult, fedavg, fedavg_serial, local_steps, train_fedavg
 from .hogwild import (
     HogwildResult,
     SerialRun,
@@ -43,6 +45,7 @@ from .theory import expected_backup_wait, harmonic, simulate_backup_wait
 
 __all__ = [
     "PSResult", "train_async",
+    "FedAvgResult", "fedavg", "fedavg_serial", "local_steps", "train_fedavg",
     "HogwildResult", "SerialRun", "collisions", "timed_worker", "hogwild_worker", "locked_worker", "run_hogwild",
     "run_serial",
     "SparseProblem", "batch_gradient", "gradient", "loss", "make_least_squares", "make_sparse_problem", "optimal_loss",

@@ -17,9 +17,14 @@ class PSResult:
     """Everything a parameter-server run measured.
 
     ``records``: dict of arrays, one entry per gradient that reached the server
-    (``worker, version, staleness, time, applied, lr``); ``losses``: arrays ``time``,
-    ``version``, ``loss``; ``waits``: seconds each synchronous round waited;
-    ``dead``: workers the server saw die; ``run``: the cluster's RunResult (timeline, stats).
+    (``worker, version, staleness, time, applied, lr, sent``): ``sent`` is the worker's clock
+    when the gradient left, ``time`` the server's when it arrived (and was applied, if it was);
+    ``updates``: arrays ``version`` (1, 2, ...) and ``time``, when the server reached each version;
+    ``worker_sent``: {worker: the send time of every gradient it computed, including a last one
+    the server no longer needed}; ``losses``: arrays ``time``, ``version``, ``loss``;
+    ``waits``: seconds each synchronous round waited; ``dead``: workers the server saw die;
+    ``run``: the cluster's RunResult (timeline, stats). All times are seconds on the run's clock
+    (``comm.now()``), the clock of ``run.timeline``.
     """
 
     w: np.ndarray
@@ -33,6 +38,8 @@ class PSResult:
     n_workers: int
     wall_time: float
     run: object = None
+    updates: dict = None
+    worker_sent: dict = None
 
     def staleness_of(self, worker: int, applied_only: bool = False) -> np.ndarray:
         m = self.records["worker"] == worker
@@ -58,14 +65,19 @@ class PSResult:
         return int((~self.records["applied"]).sum())
 
 
-def _records(rows) -> dict:
+def _records(rows, sent) -> dict:
+    """The server's records as columns, with the workers' send times (one per record) as ``sent``."""
     if not rows:
         return {"worker": np.zeros(0, int), "version": np.zeros(0, int),
                 "staleness": np.zeros(0, int), "time": np.zeros(0),
-                "applied": np.zeros(0, bool), "lr": np.zeros(0)}
+                "applied": np.zeros(0, bool), "lr": np.zeros(0), "sent": np.zeros(0)}
     cols = list(zip(*rows))
     dtypes = (np.int64, np.int64, np.int64, np.float64, bool, np.float64)
-    return {k: np.asarray(c, dtype=t) for k, c, t in zip(_RECORD_FIELDS, cols, dtypes)}
+    out = {k: np.asarray(c, dtype=t) for k, c, t in zip(_RECORD_FIELDS, cols, dtypes)}
+    if len(sent) != len(rows):  # an apply step that kept its own records: no send time to pair them with
+        sent = np.full(len(rows), np.nan)
+    out["sent"] = np.asarray(sent, dtype=np.float64)
+    return out
 
 
 def train_async(X, y, n_workers: int = 3, n_updates: int = 200, lr: float = 0.05,
@@ -147,9 +159,13 @@ def _result(res, policy: str, n_workers: int) -> PSResult:
     if out is None:
         raise RuntimeError(f"the server (rank 0) failed: {res.failures.get(0)!r}")
     losses = np.asarray(out["losses"], dtype=np.float64)
-    return PSResult(w=out["w"], version=out["version"], records=_records(out["records"]),
+    update_times = np.asarray(out["update_times"], dtype=np.float64)
+    worker_sent = {r: np.asarray(res[r]["sent"]) for r in range(1, n_workers + 1)
+                   if isinstance(res[r], dict) and "sent" in res[r]}
+    return PSResult(w=out["w"], version=out["version"], records=_records(out["records"], out["sent"]),
                     losses={"time": losses[:, 0], "version": losses[:, 1].astype(int),
                             "loss": losses[:, 2]},
                     waits=np.asarray(out["waits"]), dead=list(out["dead"]),
                     reassigned=list(out["reassigned"]), policy=policy, n_workers=n_workers,
-                    wall_time=res.wall_time, run=res)
+                    wall_time=res.wall_time, run=res, worker_sent=worker_sent,
+                    updates={"version": np.arange(1, len(update_times) + 1), "time": update_times})

@@ -18,6 +18,10 @@ Policies (``policy=``):
   sends the new ``w`` to everybody; late gradients are dropped, and a worker still
   computing abandons its work when the new ``w`` arrives.
 
+Every gradient carries the worker's clock reading when it was sent (``comm.now()``, seconds since
+the run started: the clock of the run's timeline, shared by all ranks), and the server notes the
+time of every update it applies, so staleness can be drawn against wall time, worker by worker.
+
 A worker that dies (``Cluster(..., on_failure="continue")``) shows up at the server as
 :class:`course_lib.PeerLost`; the server records it, hands the dead worker's rows to the
 live worker with the fewest rows, and finishes with the others.
@@ -76,6 +80,7 @@ def _worker(comm, X_sa, y_sa, batch_size, seed, compute_time, compute_dist, inte
     rng = batch_rng(seed, comm.rank)
     time_rng = np.random.default_rng([seed, comm.rank, 1])
     computed = abandoned = 0
+    sent = []  # the run clock when each gradient left (the server gets the same number)
     msg = comm.recv(source=0)
     while msg[0] != "stop":
         _, version, w, rows = msg
@@ -89,10 +94,11 @@ def _worker(comm, X_sa, y_sa, batch_size, seed, compute_time, compute_dist, inte
             msg = interrupt
             continue
         computed += 1
-        comm.send(("grad", g, version), 0)
+        sent.append(comm.now())
+        comm.send(("grad", g, version, sent[-1]), 0)
         msg = comm.recv(source=0)
     comm.send(("bye",), 0)
-    return {"computed": computed, "abandoned": abandoned}
+    return {"computed": computed, "abandoned": abandoned, "sent": sent}
 
 
 # ----------------------------------------------------------------------------- server
@@ -106,6 +112,13 @@ class _Server:
         self.loss_every = loss_every
         self.losses = [(comm.now(), 0, loss(X, y, self.state.w))]
         self.reassigned: list[tuple] = []
+        self.sent: list[float] = []          # the worker's send time of each record, in record order
+        self.update_times: list[float] = []  # when the server reached version 1, 2, ...
+
+    def note_update(self):
+        """The server just moved to a new version (or several, if an apply step bumped it so): note when."""
+        while len(self.update_times) < self.state.version:
+            self.update_times.append(self.comm.now())
 
     def rows_of(self, r):
         return np.concatenate(self.rows[r])
@@ -169,12 +182,14 @@ def _serve_async(srv: _Server, n_updates, policy, max_staleness, apply, step_siz
         got = srv.recv()
         if got is None:
             continue
-        src, (_, g, v) = got
+        src, (_, g, v, sent) = got
         t = srv.comm.now()
+        srv.sent.append(sent)
         if policy == "drop" and st.version - v > max_staleness:
             st.records.append(Record(src, v, st.version - v, t, False, 0.0))
         else:
             apply(st, g, v, src, t, step_size)
+            srv.note_update()
             srv.record_loss()
         srv.send_w(src)
 
@@ -193,8 +208,9 @@ def _serve_sync(srv: _Server, n_updates, n_backup):
             if got is None:
                 need = min(need, len(srv.live))
                 continue
-            src, (_, g, v) = got
+            src, (_, g, v, sent) = got
             t = srv.comm.now()
+            srv.sent.append(sent)
             if v == st.version:
                 accepted[src] = g
                 st.records.append(Record(src, v, 0, t, True, st.lr))
@@ -206,6 +222,7 @@ def _serve_sync(srv: _Server, n_updates, n_backup):
         g = np.mean([accepted[r] for r in sorted(accepted)], axis=0)
         st.w -= st.lr * g
         st.version += 1
+        srv.note_update()
         srv.record_loss()
     return waits
 
@@ -238,4 +255,5 @@ def run_ps(comm, X_sa, y_sa, n_updates=200, lr=0.05, policy="async", max_stalene
     srv.finish()
     return {"w": srv.state.w, "version": srv.state.version,
             "records": [tuple(r) for r in srv.state.records], "losses": srv.losses,
-            "waits": waits, "dead": srv.dead, "reassigned": srv.reassigned}
+            "waits": waits, "dead": srv.dead, "reassigned": srv.reassigned,
+            "sent": srv.sent, "update_times": srv.update_times}

@@ -5,13 +5,17 @@ ex03_1  apply_update(state, grad, computed_version, worker, time, step_size)  th
 ex03_2  staleness_aware_lr(lr, staleness)                                      step size lr / (staleness + 1)
 ex03_3  hogwild_worker(w, idx, val, y, order, lr)                              the lock-free worker loop
 ex03_4  expected_wait(n, b, mu)                                                backup workers: E[wait]
+ex03_5  fedavg(models, sizes)                                                  FedAvg's weighted average
 
 The asynchronous server of :mod:`course_lib.async_ps.server` applies gradients with
 :func:`apply_update` (and :func:`staleness_aware_lr` under ``policy="staleness_aware"``); the
 Hogwild! runner and its serial baseline (:mod:`course_lib.async_ps.hogwild`) step with
-:func:`hogwild_worker`; :func:`course_lib.async_ps.expected_backup_wait` is :func:`expected_wait`.
+:func:`hogwild_worker`; :func:`course_lib.async_ps.expected_backup_wait` is :func:`expected_wait`; the federated
+server of :mod:`course_lib.async_ps.fedavg` averages the clients' models with :func:`fedavg`.
 """
 from __future__ import annotations
+
+import numpy as np
 
 
 def apply_update(state, grad, computed_version, worker, time, step_size=None):
@@ -53,3 +57,13 @@ def expected_wait(n, b, mu):
     The gaps between consecutive finishes are exponential with means mu/(n+b), mu/(n+b-1), ...,
     mu/(b+1) (memorylessness); their sum is the wait."""
     return mu * sum(1.0 / k for k in range(b + 1, n + b + 1))
+
+
+def fedavg(models, sizes):
+    """McMahan et al. (2017), the server's step: the clients' models averaged, weighted by data size.
+
+    w = sum_k (n_k / n) w_k with n = sum_k n_k: a client with twice the rows counts twice. The
+    models are (d,) arrays (not changed); the result is a new float64 array."""
+    weights = np.asarray(sizes, dtype=np.float64)
+    stacked = np.asarray(models, dtype=np.float64)
+    return (weights / weights.sum()) @ stacked

@@ -28,11 +28,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import collectives  # noqa: F401  (registers lesson 02's rows)
+from . import (
+    collectives,  # noqa: F401  (registers lesson 02's rows)
+    hardware,  # the links behind PRESETS
+)
 from .measure import pingpong
 from .runtime import registry
 
-__all__ = ["CostModel", "traffic", "rounds", "predict", "measure", "lg", "FORMULAS"]
+__all__ = ["CostModel", "traffic", "rounds", "predict", "measure", "lg", "FORMULAS", "PRESETS", "preset"]
 
 
 def lg(p: int) -> int:
@@ -51,9 +54,30 @@ class CostModel:
         """alpha and beta of an emulated :class:`course_lib.Network`."""
         return cls(network.latency, 1.0 / network.bandwidth, gamma)
 
+    @classmethod
+    def from_hardware(cls, key: str, gamma: float = 0.0) -> "CostModel":
+        """alpha = latency and beta = 1 / bandwidth (per direction) of a link of
+        :data:`course_lib.hardware.TABLE`, e.g. ``CostModel.from_hardware("100gbe")``."""
+        row = hardware.get(key)
+        if row.kind != "link":
+            raise ValueError(f"{row.name} is a {row.kind}, not a link: it has no message cost")
+        return cls(alpha=row.latency_s, beta=row.beta, gamma=gamma)
+
     def __repr__(self):
         return (f"CostModel(alpha={self.alpha * 1e6:.1f} us, beta={self.beta * 1e9:.3f} ns/B "
                 f"({1e-6 / self.beta if self.beta else math.inf:.0f} MB/s), gamma={self.gamma * 1e9:.3f} ns/B)")
+
+
+# -- named presets: one per link of the hardware table (its only source of numbers) ----------
+PRESETS: dict[str, CostModel] = {row.key: CostModel.from_hardware(row.key) for row in hardware.links()}
+
+
+def preset(key: str, gamma: float = 0.0) -> CostModel:
+    """The cost model of a real link by its key in :data:`PRESETS` ("1gbe", "100gbe", "ib_ndr",
+    "pcie4_x16", "nvlink4", ...), with ``gamma`` seconds per byte reduced."""
+    if key not in PRESETS:
+        raise KeyError(f"no preset {key!r}; known: {sorted(PRESETS)}")
+    return CostModel(PRESETS[key].alpha, PRESETS[key].beta, gamma)
 
 
 # -- the rows of lesson 02: one (formula, seconds, rounds, traffic) per algorithm ----------------

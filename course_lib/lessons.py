@@ -41,7 +41,8 @@ LESSONS = (
     Lesson("00", "cluster_in_your_laptop", 'The cluster in your laptop',
            time='35 / 25 min', package='runtime',
            questions=('ex00_1', 'ex00_2', 'ex00_3'),
-           tests=('test_runtime.py', 'test_faults.py', 'test_p2p_mpi4py.py', 'test_netem.py'),
+           tests=('test_runtime.py', 'test_faults.py', 'test_p2p_mpi4py.py',
+                  'test_netem.py', 'test_lesson00.py', 'test_hardware.py'),
            summary=(
                'probe your cores, start workers, shared arrays, send/recv, measure and fit latency + '
                'bytes/bandwidth, emulated network, timelines')),

@@ -112,13 +112,15 @@ LESSONS = (
                '(p-1)/(m+p-1) exact in steps and measured in timelines; data vs tensor vs pipeline from measured '
                'runs')),
     Lesson("07", "beyond_one_machine", 'Beyond one machine: the same code on MPI',
-           time='30 min / lab', package=None,
-           questions=(),
-           tests=('test_mpi.py', 'test_lesson07.py', 'test_shm_sync.py'),
+           time='45 / 30 min', package=None,
+           questions=('ex07_1', 'ex07_2', 'ex07_3'),
+           tests=('test_mpi.py', 'test_lesson07.py', 'test_shm_sync.py', 'test_scheduling.py'),
            summary=(
                'run the same programs on MPI (`mpiexec`) with identical numbers and bytes, allreduce bandwidth '
                'side by side (shared memory, ring over Pipes, `MPI_Allreduce`, memcpy), how a multi-host run is '
-               'launched and how it maps to `torch.distributed` / NCCL')),
+               'launched and how it maps to `torch.distributed` / NCCL; real links from one hardware table '
+               'priced with the cost model; two jobs sharing the cores, gang-scheduled (SIGSTOP/SIGCONT time '
+               'slices) against uncoordinated, and a job whose workers start late, measured')),
 )
 
 BY_NUMBER = {lesson.number: lesson for lesson in LESSONS}

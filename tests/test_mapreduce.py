@@ -118,8 +118,15 @@ def test_cost_model():
     assert np.all(np.diff(s) > 0) and np.all(s < np.arange(1, 9) + 1e-12)
     ideal = SpeedupModel(t_compute=1.0)
     assert np.allclose(ideal.speedup(np.arange(1, 5)), np.arange(1, 5))
+    # incast: the server's link takes the p answers one after the other, like the p copies of w
+    assert np.isclose(m.communication(4), 0.02 + 4 * (8000 + 8008) / 8e6)
     # a straggler 3x slower: the iteration takes 3x the compute share
     assert np.isclose(ideal.time(2, slowest=3.0), 1.5)
+    # on 2 cores, 3 workers share them (1/2 each), but the straggler maps its third on a core
+    # of its own (it sleeps the rest): 4 * 1/3, of which 4/3 - 1/2 is the others' wait
+    on_two = SpeedupModel(t_compute=1.0, cores=2.0)
+    assert np.isclose(on_two.time(3, slowest=4.0), 4 / 3) and np.isclose(on_two.sync(3, slowest=4.0), 4 / 3 - 1 / 2)
+    assert np.isclose(on_two.sync(3, slowest=1.2), 0.0)   # 1.2/3 < 1/2: it keeps up with the shared maps
 
 
 def test_fit_latency_bandwidth():

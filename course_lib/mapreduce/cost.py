@@ -7,22 +7,28 @@ Words (8-byte floats) per iteration with M workers, P = w.size parameters, N sam
     up, reduce = collect:          N * (P + 1)      (every per-sample gradient and loss)
 
 Time per iteration on p workers, the seeds' model T(p) = T_compute / p + communication + sync,
-with each message costing latency + bytes / bandwidth (lesson 00):
+with each message costing latency + bytes / bandwidth on the sender's link and on the
+receiver's (lesson 00's emulated network):
 
-    communication(p) = 2 * latency + (p * 8P + 8(P + 1)) / bandwidth + p * overhead
+    communication(p) = 2 * latency + (p * 8P + p * 8(P + 1)) / bandwidth + p * overhead
 
-The server puts p copies of w on the wire one after the other (p * 8P / bandwidth), the
-last worker's answer travels back on its own link (8(P + 1) / bandwidth), and every message
-pays one latency on the way (the p latencies of one direction overlap, so 2 in total).
-``overhead`` is the software cost of one message at the server (pickling, system calls).
+The server puts p copies of w on its uplink one after the other (p * 8P / bandwidth); the p
+answers reach the server together and its one downlink takes them one after the other too
+(p * 8(P + 1) / bandwidth: incast, the server's bottleneck); every message pays one latency
+on the way (the p latencies of one direction overlap, so 2 in total). ``overhead`` is the
+software cost of one message at the server (pickling, system calls).
 
-    sync(p) = (s_max - 1) * T_compute / p
-
-is the time everyone waits for the slowest worker, which is s_max times slower than the
-others: a synchronous iteration ends when its slowest map ends.
-
-With ``cores`` set (the machine's effective cores), every T_compute / p becomes
+With ``cores`` set (the machine's effective cores), p workers compute the map in
 T_compute / min(p, cores): more workers than cores take turns on the same cores.
+
+A straggler s times slower than the others (``slow={rank: s}``: it sleeps s - 1 times as
+long as it computed, as a slower machine would take longer) maps its shard in s * T_compute / p:
+its core is its own while it computes, because while it sleeps the others have the cores, and
+the kernel runs a task that has slept first. An iteration ends when its slowest map ends:
+
+    sync(p) = max(0, s * T_compute / p - T_compute / min(p, cores))
+
+the time the others wait for it (0 when the straggler is not slower than the shared maps).
 """
 from __future__ import annotations
 
@@ -87,10 +93,14 @@ class SpeedupModel:
         return comm_time(p, self.n_params, self.latency, self.bandwidth) + p * self.overhead
 
     def sync(self, p, slowest=1.0):
-        """Waiting for a worker ``slowest`` times slower than the rest: (slowest - 1) * compute(p)."""
+        """Waiting for a worker ``slowest`` = s times slower than the rest:
+        max(0, s * T_compute / p - compute(p)) (see the module doc)."""
         if slowest < 1:
             raise ValueError(f"slowest must be >= 1, got {slowest!r}")
-        return (slowest - 1.0) * self.compute(p)
+        if slowest == 1:
+            return np.zeros_like(self.compute(p))
+        straggler_map = slowest * self.t_compute / np.asarray(p, dtype=float)
+        return np.maximum(0.0, straggler_map - self.compute(p))
 
     def time(self, p, slowest=1.0):
         """Seconds per iteration on p workers (one of them ``slowest`` times slower)."""

@@ -38,12 +38,15 @@ def reduce_update(partials, n_total, w, lr):
 
 
 def comm_time(p, n_params, latency, bandwidth):
-    """Seconds of communication in one synchronous iteration on p workers with P = n_params.
+    """Seconds of communication in one synchronous iteration on p workers with P = n_params:
 
-    The server puts p copies of w (8P bytes each) on its link one after the other, the last
-    worker's answer (P gradient numbers and its loss, 8(P + 1) bytes) comes back on its own,
-    and the latencies of one direction overlap: one latency down, one up."""
-    return 2 * latency + (p * WORD * n_params + WORD * (n_params + 1)) / bandwidth
+        2 * latency + (p * 8P + p * 8(P + 1)) / bandwidth
+
+    The server puts p copies of w (8P bytes each) on its link one after the other; the p
+    answers (P gradient numbers and a loss each, 8(P + 1) bytes) arrive together on the
+    server's one downlink, which takes them one after the other too (incast); the latencies
+    of one direction overlap: one latency down, one up."""
+    return 2 * latency + (p * WORD * n_params + p * WORD * (n_params + 1)) / bandwidth
 
 
 def speedup_table(times):

@@ -81,9 +81,15 @@ def preset(key: str, gamma: float = 0.0) -> CostModel:
 
 
 # -- the rows of lesson 02: one (formula, seconds, rounds, traffic) per algorithm ----------------
+# In-network aggregation (lesson 02): its switch is a process outside the hosts' communicator,
+# so comm.allreduce cannot run it and it is not a registry row; it is priced and counted alike
+# (its traffic arrays have p + 1 entries, the switch last).
+IN_NETWORK = {("allreduce", "sharp"): collectives.sharp.ROW}
+
+
 def _row(collective: str, algorithm: str, field: str):
     try:
-        row = registry.lookup(collective, algorithm)
+        row = IN_NETWORK.get((collective, algorithm)) or registry.lookup(collective, algorithm)
     except ValueError:
         row = None
     value = getattr(row, field, None)
@@ -118,7 +124,7 @@ def rounds(collective: str, algorithm: str, p: int) -> int:
 
     Defined for the algorithms whose chain does not depend on how a rank serializes its
     receives; :func:`course_lib.collectives.schedule.record` measures the same quantity."""
-    if p == 1:                      # no messages at all, whatever the algorithm
+    if p == 1 and (collective, algorithm) not in IN_NETWORK:   # no messages at all, whatever the algorithm
         registry.lookup(collective, algorithm)
         return 0
     return int(_row(collective, algorithm, "rounds")(p))
@@ -133,9 +139,10 @@ def traffic(collective: str, algorithm: str, p: int, n: int, itemsize: int = 1, 
 
     The binomial scatters inside ``bcast/scatter_allgather`` and ``scatter/binomial`` tell
     the non-roots what they receive with a header of (4 + ndim) int64 words per message
-    (``ndim`` of the broadcast array, or of one scattered row)."""
+    (``ndim`` of the broadcast array, or of one scattered row). ``allreduce/sharp`` has p + 1
+    entries: the p hosts, then the switch."""
     count = _row(collective, algorithm, "traffic")
-    if p == 1:
+    if p == 1 and (collective, algorithm) not in IN_NETWORK:
         return np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
     return count(p, n, itemsize, root, ndim)
 

@@ -12,12 +12,13 @@ runtime's ``Comm`` inherits :class:`CollectivesMixin`. Costs: :mod:`course_lib.c
 Modules: barrier, broadcast (bcast/scatter/gather), allgather, alltoall, reduction
 (reduce, reduce_scatter, scan, exscan), allreduce, scatter_gather (the seeds' ScatterGather),
 groups (Split, Group, sub-communicators), shmem (shared-memory allreduce),
+sharp (in-network aggregation: an allreduce summed by a switch process, Graham et al. 2016),
 sim (in-process simulator for quick tests).
 """
 from ..runtime import registry
 from ..runtime.collective_api import DEFAULTS, CollectivesMixin, register_extension
 from ..runtime.groups import UNDEFINED, Group, SubComm
-from . import allgather, allreduce, alltoall, barrier, broadcast, reduction, shmem
+from . import allgather, allreduce, alltoall, barrier, broadcast, reduction, sharp, shmem
 from ._p2p import CollectiveMismatch, chunk_bounds, chunk_sizes, fold_roles
 from .scatter_gather import classify as classify_scatter_gather
 from .scatter_gather import scatter_gather
@@ -37,7 +38,7 @@ register_extension("allreduce_shm", shmem.allreduce_shm)
 
 __all__ = ["CollectivesMixin", "CollectiveMismatch", "ALGORITHMS", "DEFAULTS", "Group", "SubComm", "UNDEFINED",
            "chunk_bounds", "chunk_sizes", "fold_roles", "classify_scatter_gather", "ScatterGather",
-           "token_ring_barrier", "dissemination_barrier"]
+           "token_ring_barrier", "dissemination_barrier", "sharp"]
 
 
 def token_ring_barrier(comm):

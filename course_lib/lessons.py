@@ -70,7 +70,7 @@ LESSONS = (
                'E[x^2]-E[x]^2 fails in float32')),
     Lesson("03", "async_parameter_server", 'The asynchronous parameter server, staleness, and Hogwild!',
            time='45 / 40 min', package='async_ps',
-           questions=('ex03_1', 'ex03_2', 'ex03_3', 'ex03_4'),
+           questions=('ex03_1', 'ex03_2', 'ex03_3', 'ex03_4', 'ex03_5'),
            tests=('test_async_ps.py', 'test_lesson03.py'),
            summary=(
                "an asynchronous parameter server on real processes: the staleness of every gradient, the seeds' "

@@ -79,7 +79,7 @@ class _ServerLog:
     models_received: int = 0
 
 
-def _serve(comm, d: int, sizes, n_rounds: int, min_answers):
+def _serve(comm, d: int, sizes, n_rounds: int, min_answers, average):
     log = _ServerLog(models=[np.zeros(d)], times=[comm.now()], answered=[])
     w = log.models[0]
     idle, given = set(range(1, comm.size)), {}   # given: client -> the round it is computing
@@ -101,7 +101,7 @@ def _serve(comm, d: int, sizes, n_rounds: int, min_answers):
             else:
                 log.late += 1
         clients = sorted(got)
-        w = fedavg([got[k] for k in clients], [sizes[k - 1] for k in clients])
+        w = np.asarray(average([got[k] for k in clients], [sizes[k - 1] for k in clients]), dtype=np.float64)
         log.models.append(w)
         log.times.append(comm.now())
         log.answered.append(tuple(clients))
@@ -116,14 +116,16 @@ def _serve(comm, d: int, sizes, n_rounds: int, min_answers):
 
 
 def run_fedavg(comm, X_sa, y_sa, shard_ranges, n_rounds: int, n_steps: int, lr: float,
-               min_answers=None, compute_time: float = 0.0):
-    """SPMD entry point for ``cluster.run``: rank 0 serves, rank k is the client of ``shard_ranges[k-1]``."""
+               min_answers=None, compute_time: float = 0.0, average=fedavg):
+    """SPMD entry point for ``cluster.run``: rank 0 serves, rank k is the client of ``shard_ranges[k-1]``.
+
+    ``average(models, sizes)``: the server's step (default :func:`fedavg`, question ex03_5)."""
     comm.barrier()
     if comm.rank != 0:
         start, stop = shard_ranges[comm.rank - 1]
         return _client(comm, X_sa, y_sa, start, stop, n_steps, lr, compute_time)
     sizes = [stop - start for start, stop in shard_ranges]
-    return _serve(comm, X_sa.shape[1], sizes, n_rounds, min_answers)
+    return _serve(comm, X_sa.shape[1], sizes, n_rounds, min_answers, average)
 
 
 @dataclass
@@ -179,12 +181,13 @@ class FedAvgResult:
 
 def train_fedavg(X, y, n_clients: int = 4, n_rounds: int = 50, local_steps: int = 1, lr: float = 0.1,
                  shard_ranges=None, min_answers=None, compute_time: float = 0.0, slow=None,
-                 cluster=None, timeout: float = 60.0) -> FedAvgResult:
+                 cluster=None, average=fedavg, timeout: float = 60.0) -> FedAvgResult:
     """FedAvg with ``n_clients`` clients on real processes (a star: clients talk to the server only).
 
     ``shard_ranges``: the clients' rows as ``[(start, stop), ...]`` (default: the contiguous shards
     of :func:`course_lib.problems.contiguous_shards`, the shards ``make_least_squares(n_shards=...,
     shard_shift=...)`` makes non-IID). ``slow``: {client rank: factor} for ``Cluster.run``.
+    ``average``: the server's averaging step (default :func:`fedavg`).
     """
     import course_lib as cl
 
@@ -205,7 +208,7 @@ def train_fedavg(X, y, n_clients: int = 4, n_rounds: int = 50, local_steps: int 
         X_sa = stack.enter_context(cl.SharedArray.from_array(X))
         y_sa = stack.enter_context(cl.SharedArray.from_array(y))
         res = cluster.run(run_fedavg, X_sa, y_sa, shard_ranges, n_rounds, local_steps, lr, min_answers,
-                          compute_time, timeout=timeout, **({"slow": slow} if slow else {}))
+                          compute_time, average, timeout=timeout, **({"slow": slow} if slow else {}))
     log = res[0]
     return FedAvgResult(models=np.array(log.models), times=np.array(log.times), answered=log.answered,
                         late=log.late, models_sent=log.models_sent, models_received=log.models_received,

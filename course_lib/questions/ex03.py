@@ -4,6 +4,7 @@ ex03_1  apply_update(state, grad, computed_version, worker, time, step_size)  th
 ex03_2  staleness_aware_lr(lr, staleness)                                      step size lr / (staleness + 1)
 ex03_3  hogwild_worker(w, idx, val, y, order, lr)                              the lock-free worker loop
 ex03_4  expected_wait(n, b, mu)                                                backup-worker wait prediction
+ex03_5  fedavg(models, sizes)                                                  FedAvg's size-weighted average
 """
 import time
 
@@ -262,3 +263,61 @@ def ex03_4(ns):
     exponential(mean mu) compute times finish, ``mu (H_{n+b} - H_b)``."""
     check_expected_wait(ns["expected_wait"], [(1, 0, 1.0, 1.0), (3, 1, 0.02, 0.021666666666666667),
                                               (4, 0, 2.0, 4.166666666666667), (5, 3, 0.5, 0.44226190476190475)])
+
+
+# ------------------------------------------------------------------------------ ex03_5
+@harness
+def run_average(fn, models, sizes):
+    """The student's average of ``models`` (lists) with ``sizes``; returns (result, models after)."""
+    arrays = [np.array(m, dtype=np.float64) for m in models]
+    out = fn(arrays, list(sizes))
+    return readable(np.asarray(out) if isinstance(out, (np.ndarray, list, tuple)) else out), arrays
+
+
+def check_average(fn, models, sizes, want):
+    """``fn(models, sizes)`` must be ``want`` and leave the models as they were."""
+    got, after = run_average(fn, models, sizes)
+    assert_unchanged("fedavg", [f"models[{k}]" for k in range(len(models))],
+                     [np.asarray(m, dtype=float) for m in models], after)
+    call = f"fedavg({shown([list(m) for m in models])}, sizes={list(sizes)})"
+    got = as_array(got, f"{call}", shape=np.shape(want))
+    assert np.allclose(got, want, rtol=1e-12, atol=1e-12), (
+        f"{call} should be sum_k (n_k / n) w_k = {shown(np.asarray(want))}, got {shown(got)}: each model counts "
+        "in proportion to its client's rows, and the weights add up to 1.")
+
+
+@harness
+def run_fedavg_rounds(fn, X, y, shard_ranges, n_rounds, n_steps, lr, min_answers=None, compute_time=0.0,
+                      slow=None):
+    """FedAvg on processes (a server and one client per shard) with the student's average.
+
+    Returns (the models after each round, the clients averaged in each round)."""
+    from course_lib.async_ps import train_fedavg
+
+    res = train_fedavg(np.asarray(X), np.asarray(y), n_clients=len(shard_ranges), n_rounds=n_rounds,
+                       local_steps=n_steps, lr=lr, shard_ranges=shard_ranges, min_answers=min_answers,
+                       compute_time=compute_time, slow=slow, average=fn, timeout=CHECK_TIMEOUT)
+    return res.models, res.answered
+
+
+def check_fedavg_rounds(fn, want_w):
+    """3 rounds, 3 clients of 20, 100 and 80 rows (non-IID), 2 local steps: the final model."""
+    from course_lib.async_ps import make_least_squares
+
+    X, y, _ = make_least_squares(200, 3, seed=4, n_shards=3, shard_shift=1.0)
+    models, _ = run_fedavg_rounds(fn, X, y, [(0, 20), (20, 120), (120, 200)], 3, 2, 0.1)
+    assert np.allclose(models[-1], want_w, rtol=0, atol=1e-9), (
+        "3 rounds of FedAvg on real processes (3 clients holding 20, 100 and 80 rows, 2 local steps each, lr 0.1) "
+        f"should end at w = {shown(np.asarray(want_w))} with your average as the server's step; "
+        f"{worst(models[-1], want_w, 'w')}.")
+
+
+@question("ex03_5", points=2, title="FedAvg: the server's weighted average", names=("fedavg",))
+def ex03_5(ns):
+    """Write ``fedavg(models, sizes)``: the clients' models averaged with weights n_k / n,
+    ``sum_k (n_k / n) w_k`` (McMahan et al. 2017), as a new array; the models stay unchanged."""
+    fn = ns["fedavg"]
+    check_average(fn, [[1.0, 0.0], [0.0, 4.0], [2.0, 2.0]], [1, 1, 2], [1.25, 2.0])
+    check_average(fn, [[3.0, -1.0, 0.5]], [7], [3.0, -1.0, 0.5])
+    check_average(fn, [[0.0, 6.0], [6.0, 0.0]], [300, 100], [1.5, 4.5])
+    check_fedavg_rounds(fn, [-0.6788291543519319, 1.3913604608938477, 0.8758908527398457])

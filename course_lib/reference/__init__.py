@@ -39,6 +39,7 @@ QUESTIONS = {
     "ex03_2": "staleness_aware_lr",
     "ex03_3": "hogwild_worker",
     "ex03_4": "expected_wait",
+    "ex03_5": "fedavg",
     "ex04_1": "metropolis_weights",
     "ex04_2": "mixing_rate",
     "ex04_3": "gossip_step",

@@ -7,14 +7,16 @@ from course_lib.questions.ex03 import (
     STEPS,
     assert_applies,
     assert_hogwild_support,
+    check_average,
     check_expected_wait,
     check_hogwild_processes,
     check_lr_values,
+    run_fedavg_rounds,
     run_time_per_update,
     run_train_async,
     time_per_update,
 )
-from course_lib.reference.ex03 import apply_update, expected_wait, hogwild_worker, staleness_aware_lr
+from course_lib.reference.ex03 import apply_update, expected_wait, fedavg, hogwild_worker, staleness_aware_lr
 
 
 def reference_snapshots(w, lr, version, calls):
@@ -71,3 +73,25 @@ def another_problem_more_processes_and_the_cost(ns):
 def more_waits(ns):
     cases = [(10, 0, 1.0), (10, 5, 3.0), (2, 8, 0.1), (1, 1, 1.0)]
     check_expected_wait(ns["expected_wait"], [(n, b, mu, expected_wait(n, b, mu)) for n, b, mu in cases])
+
+
+@hidden_check("ex03_5")
+def other_sizes_and_a_round_without_the_slow_client(ns):
+    from course_lib.async_ps import fedavg_serial
+
+    fn = ns["fedavg"]
+    rng = np.random.default_rng(35)
+    for n_models, d in ((4, 5), (2, 1), (6, 3)):
+        models = rng.standard_normal((n_models, d)).tolist()
+        sizes = rng.integers(1, 500, size=n_models).tolist()
+        check_average(fn, models, sizes, fedavg(models, sizes))
+    # client 3 (of 3) is 8x slower and the rounds proceed with the first 2 answers: the average
+    # renormalises over the clients that answered.
+    X, y, _ = make_least_squares(300, 4, seed=6, n_shards=3, shard_shift=0.5)
+    shards = [(0, 50), (50, 200), (200, 300)]
+    models, answered = run_fedavg_rounds(fn, X, y, shards, 4, 2, 0.1, min_answers=2, compute_time=0.002,
+                                         slow={3: 8})
+    want = fedavg_serial(X, y, shards, 4, 2, 0.1, answered=[tuple(a) for a in answered])
+    assert np.allclose(models, want, rtol=0, atol=1e-9), (
+        "with a slow client left out of each round, the average must use the sizes of the clients that answered "
+        f"only; after 4 rounds, {np.abs(np.asarray(models) - want).max():.2e} off.")

@@ -53,6 +53,9 @@ QUESTIONS = {
     "ex06_3": "row_parallel_backward",
     "ex06_4": "predicted_bubble",
     "ex06_5": "measured_bubble",
+    "ex07_1": "bus_bandwidth",
+    "ex07_2": "place_ranks",
+    "ex07_3": "ring_allreduce_seconds",
 }
 
 #: question id -> position of the parameter that the library may give as an array, where the

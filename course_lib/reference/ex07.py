@@ -1,0 +1,42 @@
+"""Lesson 07, beyond one machine: reference answers (instructor-only, see :mod:`course_lib.reference`).
+
+ex07_1  bus_bandwidth(nbytes, seconds, p)                            algbw and NCCL-tests' busbw of an allreduce
+ex07_2  place_ranks(hosts, n)                                        (host, local rank) of each rank under mpiexec
+ex07_3  ring_allreduce_seconds(nbytes, p, latency_s, line_rate_gbit)  ring allreduce time on a link from its data sheet
+"""
+from __future__ import annotations
+
+
+def bus_bandwidth(nbytes, seconds, p):
+    """(algbw, busbw) in bytes per second of an allreduce of ``nbytes`` per rank taking ``seconds``.
+
+    algbw = n / t. A ring (or any bandwidth-optimal) allreduce makes each rank send and receive
+    2 (p-1)/p n bytes, so busbw = algbw * 2 (p-1) / p is the rate each rank's link ran at; it can
+    be compared with the link's bandwidth whatever p is (NCCL-tests, doc/PERFORMANCE.md)."""
+    algbw = nbytes / seconds
+    return algbw, algbw * 2 * (p - 1) / p
+
+
+def place_ranks(hosts, n):
+    """[(host, local_rank) for rank 0..n-1] as MPICH's mpiexec (Hydra) places them by default.
+
+    Ranks fill the first host's slots, then the next host's, and wrap around to the first host
+    when every slot is taken. A rank's local rank counts the ranks placed on its host before
+    it (what MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) and torchrun's LOCAL_RANK give)."""
+    slots = [name for name, count in hosts for _ in range(count)]
+    if not slots:
+        raise ValueError("the host list has no slots")
+    seen: dict = {}
+    out = []
+    for rank in range(n):
+        host = slots[rank % len(slots)]
+        out.append((host, seen.get(host, 0)))
+        seen[host] = seen.get(host, 0) + 1
+    return out
+
+
+def ring_allreduce_seconds(nbytes, p, latency_s, line_rate_gbit):
+    """2 (p-1) alpha + 2 (p-1)/p n beta (Patarasuk & Yuan 2009; Thakur et al. 2005), alpha the
+    latency and beta = 8 / (line rate in bit/s): data sheets give network rates in Gb/s, bits."""
+    beta = 8.0 / (line_rate_gbit * 1e9)
+    return 2 * (p - 1) * latency_s + 2 * (p - 1) / p * nbytes * beta

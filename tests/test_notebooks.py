@@ -32,7 +32,7 @@ def _runs():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path, start_method", _runs())
+@pytest.mark.parametrize("path, start_method", list(_runs()))
 def test_lesson_notebook_executes(path, start_method, executed_notebook):
     ran = executed_notebook(path, start_method)
     print(f"{path.name} under {start_method}: {ran.seconds:.1f} s")

@@ -688,3 +688,94 @@ def test_replication_after_aggregation_saves_traffic_and_loses_nothing(fault):
         def between_servers(res):
             return int(np.asarray(res.stats.messages)[:3, :3].sum())
         assert between_servers(batched) < 0.5 * between_servers(each)
+
+
+# ---------------------------------------------------------------- parameter server or ring allreduce
+from course_lib.collectives.sim import payload_bytes  # noqa: E402
+from course_lib.ps.crossover import (  # noqa: E402
+    KEY_BYTES,
+    VALUE_BYTES,
+    Workload,
+    compare,
+    crossover_density,
+    minibatch,
+    ps_step_bytes,
+    ps_traffic,
+    ring_step_bytes,
+)
+from course_lib.ps.tasks import delayed_sgd, prefetch_worker  # noqa: E402
+from course_lib.runtime import registry  # noqa: E402
+
+
+@pytest.mark.parametrize("p, share", [(2, 0.5), (3, 0.635), (4, 0.1), (8, 1.0)])
+def test_the_crossover_density_is_where_the_two_byte_formulas_meet(p, share):
+    n = 10_000
+    d = crossover_density(p, share, KEY_BYTES, VALUE_BYTES)
+    assert ps_step_bytes(d * n, p, share) == pytest.approx(ring_step_bytes(n, p), rel=1e-12)
+    assert ps_step_bytes(0.9 * d * n, p, share) < ring_step_bytes(n, p) < ps_step_bytes(1.1 * d * n, p, share)
+
+
+def test_a_minibatch_touches_exactly_the_keys_it_names():
+    work = Workload(n_keys=1000, touched=37, batch=8)
+    keys, idx, y = minibatch(work, worker=1, step=2)
+    assert len(keys) == 37 and np.array_equal(np.unique(idx), keys)
+    assert all(len(set(row)) == len(row) for row in idx.tolist())          # no key twice in one example
+    assert set(y.tolist()) <= {0.0, 1.0}
+
+
+@pytest.mark.parametrize("density", [0.001, 0.05, 0.4, 1.0])
+def test_ps_and_ring_bytes_match_the_formulas_exactly(cluster5, density):
+    """The counters against the protocol, message by message (PS) and against lesson 02's exact ring
+    row; the arrays of the PS against 2 k (b_key + b_val) per worker and step; the same model both ways."""
+    cfg = PSConfig(n_servers=2, n_workers=3, n_keys=4096, tau=0)
+    work = Workload(cfg.n_keys, max(1, round(density * cfg.n_keys)), steps=2)
+    c = compare(cluster5, cfg, work)
+    want = ps_traffic(cfg, work)
+    assert np.array_equal(c.ps_matrix, want.total)
+    for w in range(3):                                           # a worker's arrays, sent + received
+        r = cfg.worker_rank(w)
+        assert want.arrays[r].sum() + want.arrays[:, r].sum() == 2 * work.touched * 16 * work.steps
+    for s in range(2):                                           # a server's: its share of every worker's keys
+        mine = sum(int(np.sum(cfg.ring().lookup(minibatch(work, w, t)[0]) == s))
+                   for w in range(3) for t in range(work.steps))
+        assert want.arrays[s].sum() + want.arrays[:, s].sum() == 2 * mine * 16
+    sent, _ = registry.lookup("allreduce", "ring").traffic(3, cfg.n_keys, VALUE_BYTES, 0, 1)
+    per_rank = [sent[i] + sent[(i - 1) % 3] for i in range(3)]   # rank i receives what i - 1 sends
+    assert c.ring_bytes == max(per_rank)                           # per step, at the busiest worker
+    assert np.array_equal(c.ring_matrix[2:, 2:].sum(1), sent * work.steps)
+    assert np.allclose(c.ps_w, c.ring_w, rtol=0, atol=1e-12) and np.any(c.ps_w != 0)
+
+
+def test_ps_traffic_counts_a_message_as_the_runtime_does():
+    keys = np.arange(5, dtype=np.int64)
+    msg = Push(0, 1, 0, [Slice(0, 0, keys, np.zeros(5))], 0)
+    assert payload_bytes(encode(msg)) > keys.nbytes + 40                 # arrays plus a pickled envelope
+
+
+def test_a_pull_after_a_push_sees_it():
+    def pull_after(kv):
+        keys = np.arange(3) + 10 * kv.w
+        pushed = kv.push(keys, np.ones(3))
+        return kv.wait(kv.pull(keys, after=[pushed]))
+
+    cfg = PSConfig(n_servers=2, n_workers=2, n_keys=100)
+    with Cluster(cfg.size, timeout=30) as c:
+        res = c.run(ps_node, cfg, pull_after)
+    assert all(np.array_equal(r["result"], np.ones(3)) for r in res[2:])
+
+
+@pytest.mark.parametrize("depend, delay", [(True, 0), (False, 1)])
+def test_the_dependency_gives_synchronous_sgd_and_its_absence_a_delay_of_one(cluster5, depend, delay):
+    data = make_ctr(n=600, n_keys=2048, nnz=10, seed=3)
+    cfg = PSConfig(n_servers=2, n_workers=3, n_keys=data.n_keys + 1, tau=0)
+    res = cluster5.run(ps_node, cfg, prefetch_worker, data, 6, 16, 0.5, depend)
+    w = gather_store(list(res), cfg).ravel()
+    assert np.allclose(w[:-1], delayed_sgd(data, 3, 6, 16, 0.5, delay), rtol=0, atol=1e-12)
+    assert not np.allclose(w[:-1], delayed_sgd(data, 3, 6, 16, 0.5, 1 - delay), rtol=0, atol=1e-6)
+    assert w[-1] == 3 * 6                                               # the counter key: every push once
+    for r in res[2:]:
+        out = r["result"]
+        assert out["staleness"] == [0.0] + [float(delay)] * 5
+        sent = {(e.what, e.iteration): e.time for e in out["events"]}
+        for t in range(5):                                              # pull(t+1) against push(t)
+            assert (sent["pull sent", t + 1] > sent["push sent", t]) == depend

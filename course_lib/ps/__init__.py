@@ -14,6 +14,9 @@
 * :mod:`.vclock`: vector clocks per key range.
 * :mod:`.scheduler`: hands out blocks of data and gives a dead worker's block to a survivor.
 * :mod:`.workload`: sparse logistic regression on hashed features, run on the servers.
+* :mod:`.tasks`: asynchronous tasks with dependencies: a pull that waits for the last push, or not.
+* :mod:`.crossover`: the same training on the servers and with a ring allreduce; bytes and time per
+  step against the density of the gradient, and the exact bytes of the protocol.
 """
 from .config import PSConfig
 from .consistency import INF, may_answer_pull, may_read, model_name, ssp_violations

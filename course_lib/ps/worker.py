@@ -5,6 +5,7 @@ Non-blocking, as in ps-lite::
     ts = kv.push(keys, values)   # sorted distinct keys; sliced by range; returns a timestamp
     ts = kv.pull(keys)
     vals = kv.wait(ts)           # block until every slice of request ts is answered
+    ts = kv.pull(keys, after=[push_ts])   # a task that depends on an earlier one (:mod:`.tasks`)
     kv.advance()                 # finished one iteration: tell every server my new clock
 
 A request is cut into one slice per key range and each slice goes to the head of its range's
@@ -72,11 +73,22 @@ class KVWorker:
         self.log: list = []          # every push (keys, values): the update sequence, for replay
 
     # -- API
-    def push(self, keys, values) -> int:
+    def push(self, keys, values, after=()) -> int:
+        """Send ``values`` to be added to ``keys``; ``after``: timestamps it depends on (see :meth:`pull`)."""
+        self.wait_for(after)
         return self._request(Push, keys, values)
 
-    def pull(self, keys) -> int:
+    def pull(self, keys, after=()) -> int:
+        """Ask for the values of ``keys``. ``after``: timestamps of earlier requests this one depends on
+        (Li et al., OSDI 2014, section 3.2): it is sent once they are complete. This worker has one
+        thread, which makes progress only while it waits, so it waits for them here."""
+        self.wait_for(after)
         return self._request(Pull, keys)
+
+    def wait_for(self, timestamps) -> None:
+        """Block until every request of ``timestamps`` is complete (their pull values are dropped)."""
+        for ts in timestamps:
+            self.wait(ts)
 
     def wait(self, ts):
         """Block until request ``ts`` is complete; a pull returns its values in key order."""

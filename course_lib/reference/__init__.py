@@ -87,3 +87,4 @@ def module_name(lesson: str) -> str:
 
 
 __all__ = ["QUESTIONS", "ELEMENTWISE", "NOTEBOOKS", "lesson_of", "questions_of", "module_name"]
+    "ex05_5": "crossover_density",

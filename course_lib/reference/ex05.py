@@ -4,10 +4,12 @@ ex05_1  ring_lookup(points, owners, key)               consistent hashing: first
 ex05_2  may_read(t, clocks, tau)                       the bounded-delay (SSP) gate
 ex05_3  significantly_modified(keys, residual, theta)  the filter: send big entries, keep the rest
 ex05_4  merge_clocks(a, b)                             merge two vector clocks kept per key range
+ex05_5  crossover_density(p, busiest_share, key_bytes, value_bytes)   parameter server or ring allreduce
 
 The parameter server (:mod:`course_lib.ps`) routes keys with :func:`ring_lookup`, gates its
 reads with :func:`may_read`, filters pushes with :func:`significantly_modified` and merges its
-range clocks with :func:`merge_clocks`.
+range clocks with :func:`merge_clocks`; :mod:`course_lib.ps.crossover` predicts with
+:func:`crossover_density` where a ring allreduce starts to move fewer bytes than the server.
 """
 from __future__ import annotations
 
@@ -68,3 +70,21 @@ def merge_clocks(a, b):
         else:
             out.append((lo, hi, v))
     return out
+
+
+def crossover_density(p, busiest_share, key_bytes, value_bytes):
+    """The density ``d = k / n`` at which a key-range parameter server and a ring allreduce move as many
+    bytes through their busiest rank per SGD step (``p`` workers, ``n`` weights, ``k`` keys touched per
+    worker, the busiest server holding a share ``s`` of the keys).
+
+    PS, per worker: pull ``k`` keys out and ``k`` values back, push ``k`` keys and values out:
+    ``2 k (b_key + b_val)``; the busiest server sees a share ``s`` of each of the ``p`` workers' keys,
+    so the busiest rank carries ``2 k (b_key + b_val) max(1, p s)``. Ring allreduce of the dense
+    gradient: every rank sends and receives ``2 (p-1)/p n`` values, ``4 (p-1)/p n b_val``. Equal at::
+
+        d* = 2 (p-1)/p b_val / ((b_key + b_val) max(1, p s))
+
+    Above 1 the server is cheaper even for a dense gradient."""
+    ring_per_weight = 4 * (p - 1) / p * value_bytes
+    ps_per_key = 2 * (key_bytes + value_bytes) * max(1.0, p * busiest_share)
+    return ring_per_weight / ps_per_key

@@ -4,13 +4,14 @@ ex05_1  ring_lookup(points, owners, key)          consistent hashing: first poin
 ex05_2  may_read(t, clocks, tau)                  the bounded-delay (SSP) gate
 ex05_3  significantly_modified(keys, residual, theta)   the filter: send big entries, keep the rest
 ex05_4  merge_clocks(a, b)                        merge two vector clocks kept per key range
+ex05_5  crossover_density(p, busiest_share, key_bytes, value_bytes)   parameter server or ring allreduce
 """
 import math
 
 import numpy as np
 
 from course_lib.grading import question
-from course_lib.questions import as_array, as_int, as_sequence, call_keeping_inputs, num, shown
+from course_lib.questions import as_array, as_int, as_number, as_sequence, call_keeping_inputs, num, shown
 
 
 # ------------------------------------------------------------------------------ ex05_1
@@ -125,3 +126,27 @@ def ex05_4(ns):
                  [(0, 3, [1, 4]), (3, 5, [1, 1]), (5, 10, [2, 1])])
     assert_merge(fn, [(0, 4, [1, 1]), (4, 9, [2, 0])], [(0, 2, [1, 1]), (2, 9, [2, 1])],
                  [(0, 2, [1, 1]), (2, 9, [2, 1])])                     # equal neighbours are joined
+
+
+# ------------------------------------------------------------------------------ ex05_5
+def assert_crossover(fn, cases):
+    """``cases``: [(p, busiest_share, key_bytes, value_bytes, expected density)]."""
+    for p, share, kb, vb, want in cases:
+        args = (p, share, kb, vb)
+        got = as_number(call_keeping_inputs(fn, args, ("p", "busiest_share", "key_bytes", "value_bytes")),
+                        f"crossover_density{args}")
+        assert abs(got - want) <= 1e-9 * abs(want), (
+            f"with p={p} workers, the busiest server holding a share {num(share)} of the keys, {kb}-byte keys and "
+            f"{vb}-byte values, the crossover density is {num(want)}, got {num(got)}. Count the bytes through the "
+            "busiest rank, sent and received: a worker pulls k keys, gets k values, pushes k keys and k values; "
+            "the busiest server sees a share of every worker's keys (but the busiest rank is at least as busy as "
+            "a worker); a ring allreduce sends and receives 2(p-1)/p n values at every rank.")
+
+
+@question("ex05_5", points=2, title="Parameter server or ring allreduce: the crossover density",
+          names=("crossover_density",))
+def ex05_5(ns):
+    """``crossover_density(p, busiest_share, key_bytes, value_bytes)``: the density ``k / n`` where both move
+    as many bytes through their busiest rank per step."""
+    assert_crossover(ns["crossover_density"], [(3, 0.5, 8, 8, 4 / 9), (2, 0.5, 8, 8, 0.5), (4, 0.25, 8, 8, 0.75),
+                                               (8, 1.0, 8, 8, 0.109375), (3, 0.2, 8, 8, 2 / 3)])

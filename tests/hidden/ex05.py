@@ -4,8 +4,8 @@ import math
 import numpy as np
 
 from course_lib.grading import hidden_check
-from course_lib.questions.ex05 import assert_filter, assert_gate, assert_lookup, assert_merge
-from course_lib.reference.ex05 import may_read, merge_clocks, ring_lookup, significantly_modified
+from course_lib.questions.ex05 import assert_crossover, assert_filter, assert_gate, assert_lookup, assert_merge
+from course_lib.reference.ex05 import crossover_density, may_read, merge_clocks, ring_lookup, significantly_modified
 
 
 @hidden_check("ex05_1")
@@ -59,3 +59,12 @@ def random_clocks(ns):
     for a, b in pairs:
         want = merge_clocks([(lo, hi, np.array(v)) for lo, hi, v in a], [(lo, hi, np.array(v)) for lo, hi, v in b])
         assert_merge(ns["merge_clocks"], a, b, [(lo, hi, [int(x) for x in v]) for lo, hi, v in want])
+
+
+@hidden_check("ex05_5")
+def other_sizes_and_cached_keys(ns):
+    rng = np.random.default_rng(7)
+    cases = [(int(rng.integers(2, 65)), float(rng.uniform(0.01, 1.0)), int(rng.choice([0, 4, 8])),
+              int(rng.choice([2, 4, 8]))) for _ in range(12)]
+    cases += [(2, 0.5, 0, 8), (16, 1 / 16, 8, 2), (5, 0.19, 8, 8)]      # no keys sent; p s = 1; p s just under 1
+    assert_crossover(ns["crossover_density"], [(*c, crossover_density(*c)) for c in cases])

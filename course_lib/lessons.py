@@ -73,11 +73,13 @@ LESSONS = (
            questions=('ex03_1', 'ex03_2', 'ex03_3', 'ex03_4', 'ex03_5'),
            tests=('test_async_ps.py', 'test_lesson03.py'),
            summary=(
-               "an asynchronous parameter server on real processes: the staleness of every gradient, the seeds' "
-               'two fast workers and a slow one (histogram, gradients many versions late, loss jumps), sync vs '
+               "an asynchronous parameter server on real processes: the staleness of every gradient against wall "
+               "time, the seeds' two fast workers and a slow one (histogram, gradients many versions late, loss "
+               'jumps), sync vs '
                'async against updates and wall time, remedies side by side (staleness-aware step, dropping, '
                'backup workers with the wait mu (H_{N+b} - H_b)), a worker killed mid-run; Hogwild! lock-free vs '
-               'locked vs serial with Omega / Delta / rho and counted collisions')),
+               'locked vs serial with Omega / Delta / rho and counted collisions; FedAvg (E local steps) against '
+               'synchronous SGD in rounds and bytes, non-IID drift, a slow client waited for or left out')),
     Lesson("04", "gossip", 'Decentralized learning, gossip and D-PSGD',
            time='60 / 40 min', package='gossip',
            questions=('ex04_1', 'ex04_2', 'ex04_3', 'ex04_4'),
@@ -91,7 +93,7 @@ LESSONS = (
                'table measured')),
     Lesson("05", "parameter_server_internals", 'Inside the parameter server',
            time='45 / 40 min', package='ps',
-           questions=('ex05_1', 'ex05_2', 'ex05_3', 'ex05_4', 'ex05_5'),
+           questions=('ex05_1', 'ex05_2', 'ex05_3', 'ex05_4'),
            tests=('test_ps.py', 'test_lesson05.py'),
            summary=(
                'inside the parameter server (Li et al., OSDI 2014): key ranges on a consistent-hashing ring, '
@@ -100,21 +102,17 @@ LESSONS = (
                'significantly-modified and KKT filters, key caching and compression, vector clocks per range, a '
                'server killed mid-training and its replica taking over, a server joining with replicas in two '
                'phases (streamed pre-copy, then the changes made meanwhile) while training goes on, a dead '
-               "worker's data reassigned; a pull that depends on the last push against one that overlaps the "
-               'gradient (staleness 0 vs 1, time per iteration, the final models against synchronous and delayed '
-               'SGD); the same model trained on the servers and with a ring allreduce from 0.1 % to 100 % '
-               'density: bytes at the busiest rank (exact, message by message) and emulated time per step, the '
-               'crossover predicted and measured')),
+               "worker's data reassigned")),
     Lesson("06", "model_and_pipeline_parallel", 'Beyond data parallelism: model (tensor) and pipeline parallelism',
            time='45 / 40 min', package='model_parallel',
            questions=('ex06_1', 'ex06_2', 'ex06_3', 'ex06_4', 'ex06_5'),
-           tests=('test_model_parallel.py',),
+           tests=('test_model_parallel.py', 'test_lesson06.py'),
            summary=(
                'split a two-layer network by columns and rows over real processes (equal to serial; allgather / '
                'reduce-scatter / allreduce bytes; memory per worker 1/p), factorise a matrix too large for one '
                'worker with blocks owned by workers, GPipe and 1F1B pipelines with micro-batches: the bubble '
                '(p-1)/(m+p-1) exact in steps and measured in timelines; data vs tensor vs pipeline from measured '
-               'runs')),
+               "runs; TensorFlow's in-graph vs between-graph replication, run as graphs placed on workers")),
     Lesson("07", "beyond_one_machine", 'Beyond one machine: the same code on MPI',
            time='45 / 30 min', package=None,
            questions=('ex07_1', 'ex07_2', 'ex07_3'),

@@ -278,3 +278,41 @@ def test_run_on_first_ranks_of_a_bigger_cluster(net):
         assert len(mp.run_on(cluster, 2, mp.pipeline_step, mp.init_deep([5, 4, 3]), X, T, 2)) == 2
         with pytest.raises(ValueError, match="between 1 and"):
             mp.run_on(cluster, 5, mp.tp_mlp_step, params, X, T)
+
+
+# ---------------------------------------------------------------- in-graph and between-graph replication
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_in_graph_replicas_equal_serial_and_between_graph_bytes(p, net):
+    """One client's graph of p replicas gives the full-batch gradient, each rank runs only its nodes,
+    and it moves what between-graph replication with the parameters on rank 0 moves: 2 (p - 1) models."""
+    params, X, T, cache, g = net
+    nodes = mp.in_graph_data_parallel(params, X, T, p)
+    assert [n.device for n in nodes] == [0] + list(range(p)) + [0]
+    with cl.Cluster(p) as cluster:
+        res = cluster.run(mp.run_graph, nodes)
+        between = cluster.run(mp.data_parallel_step, params, X, T, "server")
+    want = np.concatenate([g[k].ravel() for k in ("W1", "b1", "W2", "b2")])
+    assert maxdiff(res[0]["grad"], want) < TOL
+    assert [sorted(r) for r in res[1:]] == [[f"replica{r}/grad"] for r in range(1, p)]
+    assert res.stats.total_bytes == between.stats.total_bytes == 2 * (p - 1) * mp.param_bytes(params)
+    assert res.stats.total_messages == 2 * (p - 1)
+
+
+def test_in_graph_model_parallel_forward_equals_serial(net):
+    params, X, T, cache, g = net
+    nodes = mp.in_graph_model_parallel(params, X, 3)
+    with cl.Cluster(3) as cluster:
+        res = cluster.run(mp.run_graph, nodes)
+    assert maxdiff(res[0]["Y"], cache["Y"]) < TOL
+    B, D = X.shape
+    assert res.stats.total_bytes == 2 * (B * D + B * 3) * 8    # X out to 2 workers, 2 partial sums back
+    assert "X" in mp.graph_table(nodes) and "rank 2" in mp.graph_table(nodes)
+
+
+def test_a_graph_runs_in_any_topological_order_across_ranks():
+    """Inputs made on another rank arrive by tag, whatever rank made them and in which order."""
+    nodes = [mp.Node("a", 1, lambda: 2.0), mp.Node("b", 0, lambda: 3.0),
+             mp.Node("c", 1, lambda a, b: a * b, ("a", "b")), mp.Node("d", 0, lambda c, a: c + a, ("c", "a"))]
+    with cl.Cluster(2) as cluster:
+        res = cluster.run(mp.run_graph, nodes)
+    assert res[0] == {"b": 3.0, "d": 8.0} and res[1] == {"a": 2.0, "c": 6.0}

@@ -7,6 +7,8 @@
 * :mod:`.pipeline`   GPipe and 1F1B schedules, exact bubble, measured bubble
 * :mod:`.strategies` data parallelism on the same network, for the comparison table
 * :mod:`.group`      run a p-worker program on the first p workers of a bigger cluster
+* :mod:`.replication` TensorFlow's in-graph and between-graph replication: one client's graph of
+                     every replica (or every part of one model), run by placement on the workers
 """
 from .block_mf import mf_bytes_per_worker, mf_full_bytes, mf_serial, mf_worker
 from .exchange import (
@@ -29,6 +31,7 @@ from .pipeline import (
                        stage_layers,
                        stage_ops,
 )
+from .replication import Node, graph_table, in_graph_data_parallel, in_graph_model_parallel, run_graph
 from .strategies import data_parallel_step
 from .tensor import (
                        assemble_grads,
@@ -44,7 +47,8 @@ from .tensor import (
 )
 
 __all__ = [
-    'FirstRanks', 'SCHEDULES', 'allgather_bytes', 'allreduce_bytes', 'assemble_grads',
+    'FirstRanks', 'Node', 'SCHEDULES', 'graph_table', 'in_graph_data_parallel', 'in_graph_model_parallel',
+    'run_graph', 'allgather_bytes', 'allreduce_bytes', 'assemble_grads',
     'assemble_pipeline_grads', 'backward', 'bubble_formula', 'column_parallel_backward',
     'column_parallel_forward', 'data_parallel_step', 'deep_forward_backward', 'forward', 'init_deep',
     'init_mlp', 'loss', 'make_data', 'measured_bubble', 'mf_bytes_per_worker', 'mf_full_bytes', 'mf_serial',

@@ -93,7 +93,7 @@ LESSONS = (
                'table measured')),
     Lesson("05", "parameter_server_internals", 'Inside the parameter server',
            time='45 / 40 min', package='ps',
-           questions=('ex05_1', 'ex05_2', 'ex05_3', 'ex05_4'),
+           questions=('ex05_1', 'ex05_2', 'ex05_3', 'ex05_4', 'ex05_5'),
            tests=('test_ps.py', 'test_lesson05.py'),
            summary=(
                'inside the parameter server (Li et al., OSDI 2014): key ranges on a consistent-hashing ring, '
@@ -102,7 +102,11 @@ LESSONS = (
                'significantly-modified and KKT filters, key caching and compression, vector clocks per range, a '
                'server killed mid-training and its replica taking over, a server joining with replicas in two '
                'phases (streamed pre-copy, then the changes made meanwhile) while training goes on, a dead '
-               "worker's data reassigned")),
+               "worker's data reassigned; a pull that depends on the last push against one that overlaps the "
+               'gradient (staleness 0 vs 1, time per iteration, the final models against synchronous and delayed '
+               'SGD); the same model trained on the servers and with a ring allreduce from 0.1 % to 100 % '
+               'density: bytes at the busiest rank (exact, message by message) and emulated time per step, the '
+               'crossover predicted and measured')),
     Lesson("06", "model_and_pipeline_parallel", 'Beyond data parallelism: model (tensor) and pipeline parallelism',
            time='45 / 40 min', package='model_parallel',
            questions=('ex06_1', 'ex06_2', 'ex06_3', 'ex06_4', 'ex06_5'),

@@ -11,14 +11,24 @@ import re
 import numpy as np
 import pytest
 
-from course_lib.ps import INF, PSConfig, RangeClock, slice_request
+from course_lib.ps import INF, PSConfig, RangeClock, logloss, slice_request
+from course_lib.ps.crossover import (
+    crossover_density,
+    measured_crossover,
+    ps_step_bytes,
+    ps_step_seconds,
+    ps_traffic,
+    ring_step_bytes,
+    ring_step_seconds,
+)
 from course_lib.ps.join import moving_keys
+from course_lib.ps.tasks import delayed_sgd
 
 from common import LOADED_BUDGET_S, NOTEBOOKS
 
 NOTEBOOK = NOTEBOOKS / "05_parameter_server_internals.ipynb"
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(NOTEBOOK.stem)]
+pytestmark = [pytest.mark.slow, pytest.mark.timing, pytest.mark.xdist_group(NOTEBOOK.stem)]
 
 
 
@@ -173,6 +183,99 @@ def test_kkt_line_states_the_measured_saving_and_change(ran):
     for r in (no_kkt, no_kkt2, kkt):
         assert r.loss > v["filt"][0.0].loss and 100 <= np.count_nonzero(r.w) < 1000
     assert "cost nothing" not in ran.markdown
+
+
+# ---------------------------------------------------------------- 7. tasks and dependencies
+def test_the_dependency_buys_fresh_reads_and_the_synchronous_model(ran):
+    v = ran.values
+    tasks, data, iters = v["tasks"], v["task_data"], v["iters"]
+    assert sorted(tasks[True]["stale"]) == [0.0] * 3 * iters              # every read of every worker fresh
+    assert sorted(tasks[False]["stale"]) == [0.0] * 3 + [1.0] * 3 * (iters - 1)   # all but the first: one old
+    sync, delayed = delayed_sgd(data, 3, iters, 32, 0.5, 0), delayed_sgd(data, 3, iters, 32, 0.5, 1)
+    assert np.allclose(tasks[True]["w"], sync, rtol=0, atol=1e-12)
+    assert np.allclose(tasks[False]["w"], delayed, rtol=0, atol=1e-12)
+    apart = np.abs(tasks[False]["w"] - sync).max()
+    assert apart == v["apart"] > 1e-6                                      # "a different run"
+    assert line(ran, "with the dependency the final model") == (
+        "with the dependency the final model is synchronous SGD's: True; without it, SGD delayed by one "
+        f"iteration: True (it differs from synchronous SGD by up to {apart:.1e})")
+    for depend, name in ((True, "with the dependency"), (False, "without it (overlap)")):
+        t = tasks[depend]
+        assert line(ran, f"{name:21s}:") == (
+            f"{name:21s}: staleness of the reads {min(t['stale']):.0f}..{max(t['stale']):.0f}, "
+            f"{1000 * t['step']:.1f} ms per iteration (model {1000 * v['model_step'][depend]:.1f} ms), "
+            f"log loss {logloss(data, t['w']):.4f}")
+
+
+def test_the_timeline_shows_the_pull_waiting_for_the_push(ran):
+    """With the dependency every pull(t+1) leaves after push(t); without it, before."""
+    for depend, t in ran.values["tasks"].items():
+        for r in t["res"][2:]:
+            sent = {(e.what, e.iteration): e.time for e in r["result"]["events"]}
+            n = ran.values["iters"]
+            assert all((sent["pull sent", i + 1] > sent["push sent", i]) == depend for i in range(n - 1))
+
+
+def test_the_overlap_buys_time_and_the_models_are_lower_bounds(ran):
+    v = ran.values
+    tasks, model = v["tasks"], v["model_step"]
+    speedup = tasks[True]["step"] / tasks[False]["step"]
+    assert speedup == v["speedup"] > 1.1                                   # model 3.0x; wide margin
+    assert line(ran, "the overlap made an iteration") == (
+        f"the overlap made an iteration {speedup:.1f}x faster (model {model[True] / model[False]:.1f}x)")
+    assert all(tasks[d]["step"] > 0.9 * model[d] for d in (True, False))  # "the measured times sit above them"
+
+
+# ---------------------------------------------------------------- 8. parameter server or allreduce
+def test_the_byte_crossover_is_measured_where_the_formula_puts_it(ran):
+    v = ran.values
+    cfg, points, n, p, share = v["cross_cfg"], v["points"], v["n"], v["p"], v["share"]
+    assert share == max(cfg.ring().load().values()) / n
+    for c in points:                                                       # the counters, message by message
+        assert np.array_equal(c.ps_matrix, ps_traffic(cfg, c.work).total)
+        assert np.allclose(c.ps_w, c.ring_w, rtol=0, atol=1e-12)
+    predicted = crossover_density(p, share, 8, 8)
+    measured = measured_crossover(v["densities"], v["ps_bytes"], v["ring_bytes"])
+    assert (predicted, measured) == (v["predicted"], v["measured"])
+    assert abs(measured / predicted - 1) < 0.05                           # "where the formula puts it"
+    assert line(ran, "bytes at the busiest rank") == (
+        f"bytes at the busiest rank: predicted crossover d* = {predicted:.3f}, measured {measured:.3f}")
+    d = np.array(v["densities"])
+    below, above = v["ps_bytes"][d < measured] < v["ring_bytes"][d < measured], \
+        v["ring_bytes"][d > measured] < v["ps_bytes"][d > measured]
+    assert below.all() and above.all() and below.size and above.size
+    assert line(ran, "below it the parameter server") == (
+        "below it the parameter server moved fewer bytes at every density measured: True; above it the ring did: True")
+    assert np.all(v["ring_bytes"] == v["ring_bytes"][0])                   # "whatever the density"
+    assert abs(v["ring_bytes"][0] / ring_step_bytes(n, p) - 1) < 1e-3
+    # "at the sparsest densities the measured PS bytes sit above the model" (the envelopes)
+    assert v["ps_bytes"][0] > 2 * ps_step_bytes(v["touched"][0], p, share)
+    agree = max(np.abs(c.ps_w - c.ring_w).max() for c in points)
+    assert line(ran, "the parameter server and the ring trained").startswith(
+        f"the parameter server and the ring trained the same model at every density: True (largest difference "
+        f"{agree:.1e})")
+
+
+def test_the_time_lines_are_the_runs(ran):
+    v = ran.values
+    n, p, share, wan, d = v["n"], v["p"], v["share"], v["wan"], v["densities"]
+    ps_ms, ring_ms = v["ps_ms"], v["ring_ms"]
+    fine = np.geomspace(1e-3, 1, 400)
+    model = measured_crossover(fine, ps_step_seconds(fine * n, p, share, wan),
+                               np.full(400, ring_step_seconds(n, p, wan)))
+    assert line(ran, "time per step (emulated network)") == (
+        f"time per step (emulated network): crossover at d = {measured_crossover(d, ps_ms, ring_ms):.2f} measured, "
+        f"{model:.2f} in the model")
+    ratio = ps_ms[-1] / ring_ms[-1]
+    assert ratio > 1.3                                                     # dense: the ring is faster (model 2.7x)
+    gap = ps_ms[0] - 1000 * ps_step_seconds(v["touched"][0], p, share, wan)
+    assert line(ran, "at density 1 (the dense model)") == (
+        f"at density 1 (the dense model) a step took {ratio:.1f}x as long on the parameter server as with the "
+        f"ring (model {ps_step_seconds(n, p, share, wan) / ring_step_seconds(n, p, wan):.1f}x); at the sparsest "
+        f"density the parameter server's step took {gap:.1f} ms more than its model")
+    # "the measured times sit above their models"
+    assert np.all(ps_ms > 0.9 * 1000 * ps_step_seconds(v["touched"], p, share, wan))
+    assert np.all(ring_ms > 0.9 * 1000 * ring_step_seconds(n, p, wan))
 
 
 # ---------------------------------------------------------------- 5. consistent hashing

@@ -19,6 +19,7 @@ from course_lib.mapreduce import (
     mapreduce_gd,
     pin_blas,
     reduce_results,
+    server_link_time,
     shard_ranges,
     words_per_iteration,
 )
@@ -118,8 +119,12 @@ def test_cost_model():
     assert np.all(np.diff(s) > 0) and np.all(s < np.arange(1, 9) + 1e-12)
     ideal = SpeedupModel(t_compute=1.0)
     assert np.allclose(ideal.speedup(np.arange(1, 5)), np.arange(1, 5))
-    # incast: the server's link takes the p answers one after the other, like the p copies of w
-    assert np.isclose(m.communication(4), 0.02 + 4 * (8000 + 8008) / 8e6)
+    # incast: the server's link takes the p answers (8008 B) one after the other, after the first copy of w
+    assert np.isclose(m.communication(4), 0.02 + (8000 + 4 * 8008) / 8e6)
+    assert np.isclose(m.communication(4), server_link_time(4, 8000, 8008, 0.01, 8e6))
+    # collect: the answers are the busier direction by far; without the downlink they would shrink with p
+    assert np.isclose(server_link_time(4, 80, 8000, 0.0, 1.0), 4 * 8000 + 80)
+    assert np.isclose(server_link_time(4, 80, 8000, 0.0, 1.0, downlink=False), 4 * 80 + 8000)
     # a straggler 3x slower: the iteration takes 3x the compute share
     assert np.isclose(ideal.time(2, slowest=3.0), 1.5)
     # on 2 cores, 3 workers share them (1/2 each), but the straggler maps its third on a core

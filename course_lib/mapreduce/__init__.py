@@ -7,14 +7,14 @@
     w_serial, _ = gd_serial("least_squares", X, y, iters=50)   # equal to 1e-12
 """
 from .blas import blas_env, os_threads, pin_blas
-from .cost import SpeedupModel, bytes_per_iteration, fit_latency_bandwidth, words_per_iteration
+from .cost import SpeedupModel, bytes_per_iteration, fit_latency_bandwidth, server_link_time, words_per_iteration
 from .gd import GDResult, mapreduce_gd
 from .problems import LeastSquares, Logistic, Problem, get_problem, make_least_squares, make_logistic
 from .serial import REDUCES, default_lr, gd_serial, gd_update, initial_w, map_shard, reduce_results, shard_ranges
 
 __all__ = [
     "blas_env", "os_threads", "pin_blas",
-    "SpeedupModel", "bytes_per_iteration", "fit_latency_bandwidth", "words_per_iteration",
+    "SpeedupModel", "bytes_per_iteration", "fit_latency_bandwidth", "server_link_time", "words_per_iteration",
     "GDResult", "mapreduce_gd",
     "LeastSquares", "Logistic", "Problem", "get_problem", "make_least_squares", "make_logistic",
     "REDUCES", "default_lr", "gd_serial", "gd_update", "initial_w", "map_shard", "reduce_results",

@@ -8,15 +8,24 @@ Words (8-byte floats) per iteration with M workers, P = w.size parameters, N sam
 
 Time per iteration on p workers, the seeds' model T(p) = T_compute / p + communication + sync,
 with each message costing latency + bytes / bandwidth on the sender's link and on the
-receiver's (lesson 00's emulated network):
+receiver's (lesson 00's emulated network). The server's one link sends p copies of w
+(d = 8P bytes each) one after the other and receives the p answers (u bytes each) one after
+the other: **incast**, many senders and one receiving link. A link sends and receives at
+once, and the answers come back as staggered as the copies left (worker k gets w k d / B
+after the first), so the busier direction sets the pace, after the first message of the
+other (no answer exists before the first copy of w):
 
-    communication(p) = 2 * latency + (p * 8P + p * 8(P + 1)) / bandwidth + p * overhead
+    server_link_time(p) = 2 * latency + (p * max(d, u) + min(d, u)) / bandwidth
 
-The server puts p copies of w on its uplink one after the other (p * 8P / bandwidth); the p
-answers reach the server together and its one downlink takes them one after the other too
-(p * 8(P + 1) / bandwidth: incast, the server's bottleneck); every message pays one latency
-on the way (the p latencies of one direction overlap, so 2 in total). ``overhead`` is the
-software cost of one message at the server (pickling, system calls).
+Reduce by sum (u = 8(P + 1): P numbers and the loss) gives question ex01_4's
+
+    communication(p) = 2 * latency + (8P + p * 8(P + 1)) / bandwidth + p * overhead
+
+(the answers are the busier direction, by 8 bytes). Reduce by collect (u = 8 (N/p)(P + 1))
+sends N(P + 1) words into the server whatever p is: incast makes its communication flat in p.
+A network that charges the sender only (``Network(downlink=False)``) would instead give
+2 * latency + (p * d + u) / bandwidth. The p latencies of one direction overlap (2 in total);
+``overhead`` is the software cost of one message at the server (pickling, system calls).
 
 With ``cores`` set (the machine's effective cores), p workers compute the map in
 T_compute / min(p, cores): more workers than cores take turns on the same cores.
@@ -63,6 +72,16 @@ def bytes_per_iteration(n_workers: int, n_params: int, reduce: str = "sum", n_sa
     """Payload bytes per iteration (down + up), 8 bytes per word."""
     down, up = words_per_iteration(n_workers, n_params, reduce, n_samples)
     return WORD * (down + up)
+
+
+def server_link_time(p, down_bytes, up_bytes, latency: float, bandwidth: float, downlink: bool = True):
+    """Communication seconds of one iteration at the server's link (see the module doc):
+    2 latency + (p max(d, u) + min(d, u)) / B with incast (``downlink``), else 2 latency + (p d + u) / B."""
+    p = np.asarray(p, dtype=float)
+    d, u = np.asarray(down_bytes, dtype=float), np.asarray(up_bytes, dtype=float)
+    if downlink:
+        return 2 * latency + (p * np.maximum(d, u) + np.minimum(d, u)) / bandwidth
+    return 2 * latency + (p * d + u) / bandwidth
 
 
 @dataclass

@@ -122,27 +122,32 @@ def ex01_3(ns):
 # ------------------------------------------------------------------------------ ex01_4
 def assert_comm_time(fn, p, n_params, latency, bandwidth, want):
     got = as_number(fn(p, n_params, latency, bandwidth), "comm_time's result (seconds)")
-    one_answer = 2 * latency + (p * 8 * n_params + 8 * (n_params + 1)) / bandwidth
-    if p > 1 and np.isclose(got, one_answer, rtol=1e-9, atol=0) and not np.isclose(want, one_answer):
-        raise AssertionError(
-            f"comm_time({p}, {n_params}, ...) = {num(got)} s counts one answer coming back, as if only the sender's "
-            f"link were busy; the {p} answers reach the server together and its one link takes them one after "
-            f"the other (incast): expected {num(want)} s.")
+    down, up = 8 * n_params, 8 * (n_params + 1)
+    hints = {2 * latency + (p * down + up) / bandwidth:
+             "counts the p copies of w and one answer, as if only the sender's link were busy; but the p "
+             "answers also go through the server's one link, one after the other (incast), and each is 8 bytes "
+             "longer than a copy of w (it carries the loss): the answers are the busier direction",
+             2 * latency + (p * down + p * up) / bandwidth:
+             "adds the two directions, as if the server could not receive while it sends; a link does both at "
+             "once, and the answers come back as staggered as the copies left: only the busier direction (the p "
+             "answers) and the first copy of w count"}
+    for wrong, why in hints.items():
+        if p > 1 and np.isclose(got, wrong, rtol=1e-9, atol=0) and not np.isclose(want, wrong, rtol=1e-9, atol=0):
+            raise AssertionError(f"comm_time({p}, {n_params}, ...) = {num(got)} s {why}: expected {num(want)} s.")
     assert np.isclose(got, want, rtol=1e-9, atol=0), (
         f"comm_time({p}, {n_params}, latency={num(latency)} s, bandwidth={num(bandwidth)} B/s) should be "
-        f"{num(want)} s, got {num(got)} s. Count the p copies of w (8P bytes each) leaving the server one after the "
-        "other, the p answers of P + 1 numbers each arriving at the server one after the other, and one latency "
-        "each way.")
+        f"{num(want)} s, got {num(got)} s. Count the first copy of w (8P bytes), then the p answers of P + 1 numbers "
+        "entering the server's link one after the other, and one latency each way.")
 
 
 @question("ex01_4", points=1, title="Predict the communication time", names=("comm_time",))
 def ex01_4(ns):
     """Write ``comm_time(p, n_params, latency, bandwidth)``: seconds of communication in one iteration
-    on p workers: 2 * latency + (p * 8 * P + p * 8 * (P + 1)) / bandwidth, with P = n_params.
-    The server's link sends the p copies of w one after the other, and receives the p answers
-    one after the other too (incast): both directions grow with p."""
+    on p workers: 2 * latency + (8 * P + p * 8 * (P + 1)) / bandwidth, with P = n_params.
+    The server's link sends the p copies of w one after the other and receives the p answers one
+    after the other (incast); it does both at once, so the busier direction, the answers, sets the pace."""
     fn = ns["comm_time"]
-    assert_comm_time(fn, 4, 1000, 1e-3, 1e8, 0.00264032)
+    assert_comm_time(fn, 4, 1000, 1e-3, 1e8, 0.00240032)
     assert_comm_time(fn, 1, 10, 0.0, 1e6, 1.68e-4)
 
 

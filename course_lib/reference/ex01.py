@@ -40,13 +40,16 @@ def reduce_update(partials, n_total, w, lr):
 def comm_time(p, n_params, latency, bandwidth):
     """Seconds of communication in one synchronous iteration on p workers with P = n_params:
 
-        2 * latency + (p * 8P + p * 8(P + 1)) / bandwidth
+        2 * latency + (8P + p * 8(P + 1)) / bandwidth
 
-    The server puts p copies of w (8P bytes each) on its link one after the other; the p
-    answers (P gradient numbers and a loss each, 8(P + 1) bytes) arrive together on the
-    server's one downlink, which takes them one after the other too (incast); the latencies
-    of one direction overlap: one latency down, one up."""
-    return 2 * latency + (p * WORD * n_params + p * WORD * (n_params + 1)) / bandwidth
+    The server's one link sends p copies of w (8P bytes each) one after the other and
+    receives the p answers (P gradient numbers and a loss, 8(P + 1) bytes each) one after
+    the other (incast). A link sends and receives at once, and the answers come back as
+    staggered as the copies left, so the busier direction sets the pace: the p answers,
+    after the first copy of w (no answer exists before it). The latencies of one direction
+    overlap: one latency down, one up."""
+    down, up = WORD * n_params, WORD * (n_params + 1)
+    return 2 * latency + (p * max(down, up) + min(down, up)) / bandwidth
 
 
 def speedup_table(times):

@@ -348,3 +348,98 @@ def test_a_cluster_is_reused_and_must_have_the_graph():
             gs.run_gossip(gs.path(5), x0, 5, cluster=c)
         with pytest.raises(ValueError, match="5 workers"):
             gs.run_gossip(gs.ring(4), x0[:4], 5, cluster=c)
+
+
+# --- the emulated network: D-PSGD against the server (Lian et al. 2017) ----------------------
+@pytest.mark.parametrize("G", [gs.ring(16), gs.torus(16), gs.hypercube(16), gs.ring(7), gs.expander(12, 3, seed=2)],
+                         ids=["ring16", "torus16", "cube16", "ring7", "expander12"])
+def test_exchange_rounds_are_matchings_covering_every_edge_once(G):
+    rounds = gs.exchange_rounds(G)
+    edges = [e for matching in rounds for e in matching]
+    assert sorted(edges) == sorted(tuple(sorted(e)) for e in G.edges)
+    for matching in rounds:
+        nodes = [i for e in matching for i in e]
+        assert len(nodes) == len(set(nodes))              # no node twice in a round
+    order = gs.exchange_order(G)
+    assert all(sorted(order[i]) == sorted(G.neighbors(i)) for i in G)
+    if nx.is_bipartite(G) and len({d for _, d in G.degree}) == 1:   # Konig: exactly d rounds
+        d = G.degree(0)
+        assert len(rounds) == d
+        # each edge sits at the same position in both ends' orders: round k talks to round k
+        assert all(order[i].index(j) == order[j].index(i) for i, j in G.edges)
+
+
+def test_iteration_time_models_state_what_they_charge():
+    from course_lib import Network
+
+    m, c, alpha, t = 160, 1e-3, 5e-4, 8e-3
+    for downlink in (True, False):
+        net = Network(latency=alpha, bandwidth=m / t, downlink=downlink)
+        d = gs.dpsgd_iteration_time(4, m, net, c)
+        assert d.seconds == pytest.approx(c + 4 * t + alpha, rel=1e-12) and d.incast == 0
+        s = gs.server_iteration_time(16, m, net, c)
+        assert s.seconds == pytest.approx(c + 17 * t + 2 * alpha, rel=1e-12) and s.incast == 0
+        assert s.charges_receiver is downlink and d.charges_receiver is downlink
+        assert s.directions == ("sender's uplink and receiver's downlink" if downlink else "sender's uplink only")
+    instant = gs.server_iteration_time(16, m, Network(), c)
+    assert instant.seconds == c and not instant.charges_receiver
+    # the downlink's queue, when p messages are ready at the same moment: (p - 1) transmissions
+    from course_lib.gossip.network_time import _delivered
+    assert _delivered([1.0] * 5, 0.25) == pytest.approx(2.0)
+    assert _delivered([1.0, 1.25, 1.5], 0.25) == pytest.approx(1.5)   # already spaced: no queue
+    with pytest.raises(ValueError, match="one latency and one bandwidth"):
+        gs.dpsgd_iteration_time(2, m, Network(latency=alpha, bandwidth=1e6, links={(0, 1): (0.0, 1e3)}))
+
+
+EMULATED_P, EMULATED_STEPS, MESSAGE_SECONDS = 8, 8, 8e-3
+
+
+@pytest.fixture(scope="module")
+def emulated_runs():
+    """D-PSGD on a ring of 8 and the synchronous server with 8 workers, on an instant network and on
+    one where a model takes 8 ms on a link (latency 0.5 ms)."""
+    from course_lib import Network
+
+    prob = gs.make_least_squares(640, 20, EMULATED_P, seed=3, heterogeneity=1.0)
+    m = prob.dim * 8
+    nets = {"instant": Network(), "slow": Network(latency=5e-4, bandwidth=m / MESSAGE_SECONDS)}
+    runs = {}
+    for name, net in nets.items():
+        runs["ring", name] = gs.run_dpsgd(gs.ring(EMULATED_P), prob, 3 * EMULATED_STEPS if name == "instant"
+                                          else EMULATED_STEPS, 0.5, 8, seed=1, start_method="fork", network=net)
+        runs["server", name] = gs.run_centralised_sgd(prob, 3 * EMULATED_STEPS if name == "instant" else EMULATED_STEPS,
+                                                      0.5, 8, seed=1, start_method="fork", network=net)
+    return prob, nets, runs
+
+
+def test_busiest_node_bytes_on_an_emulated_network_are_the_formula(emulated_runs):
+    """Exactly 2 deg m per iteration for D-PSGD, 2 p m plus p stop messages for the server; the
+    network changes no value: the trajectories equal the single-process references."""
+    prob, nets, runs = emulated_runs
+    m, G = prob.dim * 8, gs.ring(EMULATED_P)
+    ring, server = runs["ring", "slow"], runs["server", "slow"]
+    assert gs.busiest_node_bytes(ring.stats) == gs.dpsgd_busiest_bytes(G, m, EMULATED_STEPS) \
+        == 2 * 2 * m * EMULATED_STEPS
+    assert gs.busiest_node_bytes(server.stats) == gs.server_busiest_bytes(EMULATED_P, m, EMULATED_STEPS) \
+        == 2 * EMULATED_P * m * EMULATED_STEPS + EMULATED_P * 4
+    assert np.array_equal(ring.traj, gs.dpsgd_reference(prob, mh(G), G, EMULATED_STEPS, 0.5, 8, seed=1))
+    assert np.array_equal(server.traj, gs.centralised_sgd_reference(prob, EMULATED_STEPS, 0.5, 8, seed=1))
+    assert len(gs.iteration_starts(ring, range(EMULATED_P))) == EMULATED_STEPS
+
+
+@pytest.mark.timing
+def test_dpsgd_beats_the_server_on_a_slow_emulated_network_as_the_model_says(emulated_runs):
+    """Server: (p + 1) m beta + 2 alpha per iteration, ring: 2 m beta + alpha (plus c, the iteration on
+    the instant network). Margins: the emulated sleeps end in a spin that shares the cores."""
+    prob, nets, runs = emulated_runs
+    m = prob.dim * 8
+    c = {who: gs.seconds_per_iteration(runs[who, "instant"], ranks) for who, ranks in
+         [("ring", range(EMULATED_P)), ("server", range(1, EMULATED_P + 1))]}
+    ring = gs.seconds_per_iteration(runs["ring", "slow"], range(EMULATED_P))
+    server = gs.seconds_per_iteration(runs["server", "slow"], range(1, EMULATED_P + 1))
+    ring_model = gs.dpsgd_iteration_time(2, m, nets["slow"], c["ring"]).seconds
+    server_model = gs.server_iteration_time(EMULATED_P, m, nets["slow"], c["server"]).seconds
+    assert 0.7 < ring / ring_model < 1.4, (ring, ring_model)
+    assert 0.8 < server / server_model < 1.25, (server, server_model)
+    assert server / ring > 2.5
+    assert 0.6 < (server / ring) / (server_model / ring_model) < 1.5

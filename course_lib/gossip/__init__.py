@@ -7,6 +7,8 @@
 * :mod:`.dpsgd`: the least-squares problem, D-PSGD and centralised SGD references.
 * :mod:`.workers`: the functions each node process runs.
 * :mod:`.run`: drivers that start a ``Cluster(n, graph=G)`` and collect trajectories.
+* :mod:`.network_time`: time per iteration on an emulated network, the alpha-beta model and
+  the measurement; the bytes at the busiest node.
 """
 from . import workers  # noqa: F401  (the notebook shows their source)
 from .consensus import *  # noqa: F401,F403
@@ -15,6 +17,8 @@ from .dpsgd import *  # noqa: F401,F403
 from .dpsgd import __all__ as _d
 from .mixing import *  # noqa: F401,F403
 from .mixing import __all__ as _m
+from .network_time import *  # noqa: F401,F403
+from .network_time import __all__ as _n
 from .run import *  # noqa: F401,F403
 from .run import __all__ as _r
 from .topologies import *  # noqa: F401,F403
@@ -22,4 +26,4 @@ from .topologies import __all__ as _t
 from .workers import *  # noqa: F401,F403
 from .workers import __all__ as _w
 
-__all__ = [*_t, *_m, *_c, *_d, *_w, *_r]
+__all__ = [*_t, *_m, *_c, *_d, *_w, *_r, *_n]

@@ -14,7 +14,7 @@ import numpy as np
 from .consensus import consensus_error, pairwise_schedule
 from .dpsgd import LeastSquares
 from .mixing import check_mixing_matrix, metropolis_hastings
-from .topologies import validate_graph, warn_if_disconnected
+from .topologies import exchange_order, validate_graph, warn_if_disconnected
 from .workers import centralised_sgd_worker, dpsgd_worker, gossip_worker, pairwise_worker
 
 __all__ = ["GossipRun", "run_gossip", "run_pairwise", "run_dpsgd", "run_centralised_sgd",
@@ -130,7 +130,9 @@ def _shared(c, a):
 
 def run_dpsgd(G, problem: LeastSquares, steps: int, lr: float, batch: int, seed: int = 0, W=None, *,
               cluster=None, start_method=None, **run_kw) -> GossipRun:
-    """D-PSGD on ``problem`` (shard i on node i); trajectory of every local model (steps+1, n, d)."""
+    """D-PSGD on ``problem`` (shard i on node i); trajectory of every local model (steps+1, n, d).
+
+    The nodes exchange models in the rounds of :func:`exchange_order` (no incast)."""
     n = validate_graph(G)
     if problem.n_nodes != n:
         raise ValueError(f"problem has {problem.n_nodes} shards for {n} nodes")
@@ -138,7 +140,7 @@ def run_dpsgd(G, problem: LeastSquares, steps: int, lr: float, batch: int, seed:
     W = metropolis_hastings(G, warn=False) if W is None else check_mixing_matrix(W, G)
     with _cluster(n, G, cluster, start_method) as c:
         X, y = _shared(c, problem.X), _shared(c, problem.y)
-        res = c.run(dpsgd_worker, X, y, problem.shards, W, steps, lr, batch, seed, **run_kw)
+        res = c.run(dpsgd_worker, X, y, problem.shards, W, steps, lr, batch, seed, exchange_order(G), **run_kw)
     return GossipRun(np.stack(list(res), axis=1), res)
 
 

@@ -29,7 +29,7 @@ import networkx as nx
 __all__ = [
     "TOPOLOGIES", "DisconnectedGraphWarning", "ring", "path", "torus", "hypercube", "star",
     "complete", "expander", "erdos_renyi", "make_topology", "validate_graph", "components",
-    "warn_if_disconnected", "torus_shape",
+    "warn_if_disconnected", "torus_shape", "exchange_rounds", "exchange_order",
 ]
 
 
@@ -205,3 +205,41 @@ def warn_if_disconnected(G, stacklevel: int = 2) -> list[list[int]]:
             + "; nodes will only agree within their own component, never globally",
             DisconnectedGraphWarning, stacklevel=stacklevel + 1)
     return comps
+
+
+# A schedule for exchanging models without incast.
+def exchange_rounds(G) -> list[list[tuple[int, int]]]:
+    """G's edges split into rounds, each a matching (no node twice in one round): a proper
+    edge colouring, found by taking a maximum matching (``networkx.max_weight_matching``)
+    again and again until no edge is left.
+
+    On a d-regular bipartite graph (an even ring, a torus with even sides, a hypercube)
+    every maximum matching is perfect and what is left is (d-1)-regular, so there are
+    exactly d rounds (Konig 1916) and every node has one edge in each. Other graphs may
+    need a few more rounds than their largest degree.
+    """
+    validate_graph(G)
+    rest = nx.Graph(G)
+    rounds = []
+    while rest.number_of_edges():
+        matching = sorted(tuple(sorted(e)) for e in nx.max_weight_matching(rest, maxcardinality=True))
+        rounds.append(matching)
+        rest.remove_edges_from(matching)
+    return rounds
+
+
+def exchange_order(G) -> dict[int, list[int]]:
+    """{node: its neighbours in the order of :func:`exchange_rounds`}.
+
+    A node that sends its model to its neighbours in this order, and receives theirs in the
+    same order, hears in round k from the neighbour it talks to in round k, who sent in its
+    own round k too: on a network that charges the receiver's link (incast), no node ever
+    has two models arriving at the same moment. Sending in rank order instead, both
+    neighbours of ring node n-1 send to it last, and the second model waits behind the first.
+    """
+    order: dict[int, list[int]] = {i: [] for i in G.nodes}
+    for matching in exchange_rounds(G):
+        for i, j in matching:
+            order[i].append(j)
+            order[j].append(i)
+    return order

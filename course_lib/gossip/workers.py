@@ -1,9 +1,9 @@
 """What each node process runs. Node i is rank i; it only has Pipes to its graph neighbours.
 
-Gossip and D-PSGD step with :func:`gossip_step` (question ex04_3, from
-:mod:`course_lib.reference.ex04`), which sums in increasing rank order like
-:func:`course_lib.gossip.consensus.mix`, so their results equal the single-process references
-bit for bit.
+Gossip steps with :func:`gossip_step` (question ex04_3, from :mod:`course_lib.reference.ex04`);
+D-PSGD with :func:`exchange` and :func:`course_lib.gossip.consensus.mix`, so that it can follow
+:func:`course_lib.gossip.topologies.exchange_order`. Both sum in increasing rank order, so their
+results equal the single-process references bit for bit.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 
 from course_lib.reference.ex04 import gossip_step  # question ex04_3
 
+from .consensus import mix
 from .dpsgd import minibatch_gradient, node_rng
 
 __all__ = ["exchange", "node_weights", "gossip_step", "gossip_worker", "pairwise_worker",
@@ -21,9 +22,15 @@ __all__ = ["exchange", "node_weights", "gossip_step", "gossip_worker", "pairwise
 _BIG = 16 * 1024
 
 
-def exchange(comm, x, tag: int = 0) -> dict:
-    """Send ``x`` to every neighbour, receive theirs. Returns {rank: value}, self included."""
-    nbrs = comm.neighbors
+def exchange(comm, x, tag: int = 0, order=None) -> dict:
+    """Send ``x`` to every neighbour, receive theirs. Returns {rank: value}, self included.
+
+    ``order``: the neighbours in the order to send to and receive from (default
+    ``comm.neighbors``); :func:`course_lib.gossip.topologies.exchange_order` gives one in
+    which no node has two models arriving at once."""
+    nbrs = comm.neighbors if order is None else list(order)
+    if sorted(nbrs) != sorted(comm.neighbors):
+        raise ValueError(f"node {comm.rank}: order {nbrs} is not its neighbours {comm.neighbors}")
     big = getattr(x, "nbytes", 0) > _BIG
     reqs = []
     for j in nbrs:
@@ -87,11 +94,11 @@ def pairwise_worker(comm, x0, schedule):
     return mine, values
 
 
-def dpsgd_worker(comm, X, y, shards, W, steps: int, lr: float, batch: int, seed: int = 0):
+def dpsgd_worker(comm, X, y, shards, W, steps: int, lr: float, batch: int, seed: int = 0, order=None):
     """D-PSGD (Lian et al. 2017) at node ``rank``; X, y are SharedArrays (zero-copy views).
 
     Each step: gradient at the current local model on a minibatch of the local shard,
-    exchange models with the neighbours, x_i <- sum_j W_ij x_j - lr * g_i.
+    exchange models with the neighbours (in ``order[rank]``, if given), x_i <- sum_j W_ij x_j - lr * g_i.
     Returns the trajectory of the local model, shape (steps+1, d).
     """
     X, y = np.asarray(X), np.asarray(y)
@@ -104,7 +111,9 @@ def dpsgd_worker(comm, X, y, shards, W, steps: int, lr: float, batch: int, seed:
     for t in range(steps):
         with comm.compute("gradient"):
             g = minibatch_gradient(X, y, shard, x, batch, rng)
-        x = gossip_step(comm, x, weights) - lr * g
+        values = exchange(comm, x, order=None if order is None else order[comm.rank])
+        with comm.compute("mix"):
+            x = mix(weights, values) - lr * g
         traj[t + 1] = x
     return traj
 

@@ -89,8 +89,9 @@ LESSONS = (
                '(lambda_2, lambda_n, r = max(lambda_2, abs(lambda_n))), gossip on real node processes with Pipes '
                'only along edges (error under r^t, equal to the matrix iteration), spectral gap against n (ring, '
                'torus, hypercube, expander), a disconnected graph that never agrees, randomized pairwise gossip, '
-               "D-PSGD against a sync and an async server with bytes at the busiest node, the seeds' closing "
-               'table measured')),
+               "D-PSGD against a sync and an async server with bytes at the busiest node, on an emulated slow "
+               "network D-PSGD's iteration against the server's with the alpha-beta model beside each, the seeds' "
+               'closing table measured')),
     Lesson("05", "parameter_server_internals", 'Inside the parameter server',
            time='45 / 40 min', package='ps',
            questions=('ex05_1', 'ex05_2', 'ex05_3', 'ex05_4', 'ex05_5'),

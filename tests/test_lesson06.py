@@ -103,21 +103,22 @@ def test_pipeline_bytes_do_not_depend_on_m(ran):
         f"bytes per step in all 16 pipeline runs: [{want}]; 2 B (96 + 96 + 64) 8 = {want}")
 
 
-def test_measured_bubble_sits_close_to_the_formula_mostly_above_and_more_so_with_many_micro_batches(ran):
+def test_measured_bubble_follows_the_formula_down_and_the_gap_grows_with_m(ran):
+    """Load-proof parts of the text; "close to the formula on a quiet machine" is
+    test_model_parallel.py::test_pipeline_measured_bubble_matches_formula (within 20%)."""
     v = ran.values
     gaps, gap_at, P = v["gaps"], v["gap_at"], v["P"]
-    for (kind, m), res in v["runs"].items():
-        f, g = float(mp.bubble_formula(P, m)), mp.measured_bubble(res.timeline, P)
+    measured = {key: mp.measured_bubble(res.timeline, P) for key, res in v["runs"].items()}
+    for (kind, m), g in measured.items():
+        f = float(mp.bubble_formula(P, m))
         assert gaps[kind, m] == pytest.approx((g - f) / f)
-        assert abs(gaps[kind, m]) < 0.5, (kind, m, gaps[kind, m])        # "close to the formula"
-    assert sum(g > 0 for g in gaps.values()) >= len(gaps) / 2          # "mostly a little above"
-    assert gap_at[16] > gap_at[1]
+    for kind in mp.SCHEDULES:
+        assert abs(measured[kind, 1] - 0.75) < 0.05 * 0.75            # "about 3/4 with one micro-batch"
+        assert measured[kind, 16] < measured[kind, 4] < measured[kind, 1]   # "follows the formula down"
+    assert gap_at[16] > gap_at[1]                                       # "larger with many micro-batches"
     assert line(ran, "on this run the measured bubble was") == (
         f"on this run the measured bubble was {min(gaps.values()):+.1%} to {max(gaps.values()):+.1%} off the formula; "
         f"mean gap {gap_at[1]:+.1%} with m = 1, {gap_at[16]:+.1%} with m = 16")
-    for m in (1, 2, 4, 8, 16):        # "the measured ones above agree within the noise"
-        a, b = (mp.measured_bubble(v["runs"][kind, m].timeline, P) for kind in mp.SCHEDULES)
-        assert abs(a - b) < 0.08, (m, a, b)
 
 
 # ---------------------------------------------------------------- 7. the three strategies

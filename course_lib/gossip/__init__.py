@@ -1,7 +1,7 @@
 """Lesson 04: decentralized learning. Gossip averaging and D-PSGD on networkx graphs.
 
 * :mod:`.topologies`: ring, path, torus, hypercube, star, complete, expander, Erdos-Renyi;
-  graph checks and the disconnected-graph warning.
+  graph checks and the disconnected-graph warning; exchange rounds (a proper edge colouring).
 * :mod:`.mixing`: Metropolis-Hastings weights, matrix checks, spectrum and rate r.
 * :mod:`.consensus`: single-process references (same summation order as the workers).
 * :mod:`.dpsgd`: the least-squares problem, D-PSGD and centralised SGD references.

@@ -59,7 +59,7 @@ LESSONS = (
     Lesson("02", "collectives", 'Collective communication, costed',
            time='60 / 60 min', package='collectives',
            questions=('ex02_1', 'ex02_2', 'ex02_3', 'ex02_4'),
-           tests=('test_collectives.py', 'test_syncbn.py', 'test_lesson02.py'),
+           tests=('test_collectives.py', 'test_syncbn.py', 'test_lesson02.py', 'test_sharp.py'),
            summary=(
                "the MPI vocabulary with mpi4py's methods; step through who sends what to whom (barrier, bcast, "
                'scatter/gather, allgather ring / recursive doubling / Bruck, reduce-scatter, allreduce tree / '
@@ -67,7 +67,8 @@ LESSONS = (
                'gamma measured and the Thakur et al. (2005) model drawn over timings; the tree/ring crossover; '
                'float16 on the wire halves the bytes; shared-memory allreduce; misuse caught with a named error; '
                "groups (Split) and the seeds' ScatterGather; SyncBatchNorm by merging (count, mean, M2), and why "
-               'E[x^2]-E[x]^2 fails in float32')),
+               'E[x^2]-E[x]^2 fails in float32; in-network aggregation (SHARP): a switch process adds, n bytes '
+               'each way per host link in 2 latency steps, against ring and trees')),
     Lesson("03", "async_parameter_server", 'The asynchronous parameter server, staleness, and Hogwild!',
            time='45 / 40 min', package='async_ps',
            questions=('ex03_1', 'ex03_2', 'ex03_3', 'ex03_4', 'ex03_5'),

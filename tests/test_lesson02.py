@@ -77,3 +77,62 @@ def test_alltoall_bruck_against_pairwise_as_printed(ran):
     for alg in a2a:
         assert a2a[alg][3] == [a2a[alg][1], a2a[alg][0]]                 # the cost rows' formula, exactly
     assert "Bruck: 2 messages instead of 3, 256 bytes instead of 192 per rank" in ran.printed
+
+
+# -- section 10: in-network aggregation (SHARP) -----------------------------------------------------
+def test_the_switch_moves_n_bytes_each_way_per_host_link_as_printed(ran):
+    v = ran.values
+    n_bytes = 4 * v["N"]
+    chunks = -(-n_bytes // (64 * 1024))
+    for p in v["HOSTS"]:
+        assert v["link"][("sharp", p)] == [(n_bytes, n_bytes, chunks, chunks)] * p    # once up, once down
+        for alg in v["HOST_ALGS"]:          # the hosts' own allreduces: more on some link from p = 4 on
+            assert (max(max(up, down) for up, down, _, _ in v["link"][(alg, p)]) > n_bytes) == (p > 2)
+    assert v["sharp_matches"] and v["exact"]
+    assert (f"SHARP: every host link carried n = {n_bytes} bytes up and the same down, in {chunks} messages each "
+            "way, at p = 2, 4, 8 (as the formula: True)") in ran.printed
+    assert "every result equals the single-process sum, exactly (integer-valued floats): True" in ran.printed
+
+
+def test_the_busiest_link_ratios_are_the_formulas(ran):
+    v = ran.values
+    busiest = {alg: max(max(up, down) for up, down, _, _ in v["link"][(alg, 8)]) for alg in ["sharp", *v["HOST_ALGS"]]}
+    n_bytes = 4 * v["N"]
+    assert busiest["sharp"] == n_bytes
+    assert abs(busiest["ring"] - 2 * 7 / 8 * n_bytes) <= 8                # 2(p-1)/p n, ragged chunks
+    assert busiest["recursive_doubling"] == busiest["reduce_bcast"] == 3 * n_bytes   # lg p n
+    ratios = (busiest["ring"] / n_bytes, busiest["recursive_doubling"] / n_bytes, busiest["reduce_bcast"] / n_bytes)
+    assert (f"at p = 8 the busiest link carries {ratios[0]:.2f}x more bytes with the ring, {ratios[1]:.2f}x more "
+            f"with recursive doubling and {ratios[2]:.2f}x more with the binomial tree than with the switch"
+            ) in ran.printed
+
+
+def test_latency_steps_follow_the_formulas(ran):
+    """time / latency on a latency-only network: 2 for the switch at every p, 2(p-1) for the ring."""
+    v = ran.values
+    formula = {"sharp": lambda p: 2, "ring": lambda p: 2 * (p - 1), "recursive_doubling": lambda p: p.bit_length() - 1,
+               "reduce_bcast": lambda p: 2 * (p.bit_length() - 1)}
+    for (alg, p), measured in v["steps"].items():
+        want = formula[alg](p)
+        assert want - 0.1 <= measured <= want * 1.3 + 0.6, (alg, p, measured)   # Python's time only adds
+    assert v["steps"][("sharp", 8)] < v["steps"][("reduce_bcast", 8)] < v["steps"][("ring", 8)]
+    assert "the formulas say 2, 14 and 6" in ran.printed
+
+
+def test_the_switch_is_fastest_at_8_hosts_and_its_time_barely_grows(ran):
+    v = ran.values
+    s = v["seconds"]
+    assert v["fastest8"] == "sharp"
+    assert s[("sharp", 8)] < 0.75 * s[("ring", 8)]               # model: 62 ms against 134 ms
+    assert s[("sharp", 8)] / s[("sharp", 2)] < 1.6 < s[("ring", 8)] / s[("ring", 2)]
+    assert 0.8 < min(v["ratio_sw"].values()) and max(v["ratio_sw"].values()) < 2.0
+    assert "fastest: sharp" in ran.printed
+
+
+def test_float32_sums_are_the_switchs_order_and_every_host_gets_the_same_bits(ran):
+    v = ran.values
+    assert v["same_bits"] and v["replayed"]
+    assert v["worst_err"] <= 1.0                                    # within (p-1) u sum|x|
+    assert v["differ_rank"] == int((v["switch32"] != v["rank_order32"]).sum())
+    assert v["report"].peak_slots_in_use <= v["report"].slots
+    assert "every host got the same bits: True; replaying the switch's order gives them exactly: True" in ran.printed

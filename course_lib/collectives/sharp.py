@@ -103,19 +103,21 @@ def sharp_allreduce(comm, x, fabric: Fabric, op=SUM, chunk_bytes: int = CHUNK_BY
     aggregation tree is configured per job, as SHARP's is). ``op`` must be commutative: the
     switch adds in order of arrival."""
     x = np.asarray(x)
-    edges = chunk_edges(x.size, x.dtype.itemsize, chunk_bytes)
     if comm.rank == fabric.switch:
-        return _switch(comm, fabric, edges, op, slots, chunk_bytes)
+        return _switch(comm, fabric, chunk_edges(x.size, x.dtype.itemsize, chunk_bytes), op, slots, chunk_bytes)
     if comm.rank in fabric.hosts:
-        return _host(comm, x, fabric.switch, edges, slots)
+        return stream_to_switch(comm, x, fabric.switch, chunk_bytes, slots)
     return None
 
 
-def _host(comm, x, switch: int, edges: list[int], slots: int):
-    """Send chunk j (tag j) up, at most ``slots`` in flight; receive sum j, then send chunk j + slots.
+def stream_to_switch(comm, x, switch: int, chunk_bytes: int = CHUNK_BYTES, slots: int = SLOTS):
+    """A host's side: send chunk j of x (tag j) to ``switch``, at most ``slots`` in flight; receive
+    sum j (tag j), then send chunk j + slots. Returns the reduced vector.
 
     The sends go through the host's uplink thread, so this loop is always free to take the sums
     that come down while chunks are still going up (both directions of a link at once)."""
+    x = np.asarray(x)
+    edges = chunk_edges(x.size, x.dtype.itemsize, chunk_bytes)
     flat = np.ascontiguousarray(x).reshape(-1)
     out = np.empty_like(flat)
     k = len(edges) - 1

@@ -58,7 +58,7 @@ LESSONS = (
                'server resumed from a checkpoint')),
     Lesson("02", "collectives", 'Collective communication, costed',
            time='60 / 60 min', package='collectives',
-           questions=('ex02_1', 'ex02_2', 'ex02_3', 'ex02_4'),
+           questions=('ex02_1', 'ex02_2', 'ex02_3', 'ex02_4', 'ex02_5'),
            tests=('test_collectives.py', 'test_syncbn.py', 'test_lesson02.py', 'test_sharp.py'),
            summary=(
                "the MPI vocabulary with mpi4py's methods; step through who sends what to whom (barrier, bcast, "

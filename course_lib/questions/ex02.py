@@ -4,6 +4,7 @@ ex02_1  ring_allreduce(comm, x)          reduce-scatter + allgather around a rin
 ex02_2  rd_allgather(comm, x)            recursive-doubling allgather (p a power of two)
 ex02_3  merge_stats(a, b)                merge two (count, mean, M2) summaries (Chan et al. 1979)
 ex02_4  ring_allreduce_time(p, n, alpha, beta, gamma)   the alpha-beta-gamma cost of ex02_1
+ex02_5  switch_loop(comm, hosts, n_chunks)  in-network aggregation: the switch adds chunks as they arrive
 """
 import numpy as np
 
@@ -240,3 +241,79 @@ def ex02_4(ns):
     fn = ns["ring_allreduce_time"]
     assert_time(fn, 4, 1e6, 1e-5, 1e-9, 2e-10, 0.00171)
     assert_time(fn, 8, 4e6, 3e-6, 5e-10, 0.0, 0.003542)
+
+
+# ------------------------------------------------------------------------------ ex02_5
+SWITCH_TIMEOUT = 4.0    # a correct switch finishes these runs in well under a second
+
+
+def _fabric_rank(comm, fn, xs, chunk_bytes, slots, n_chunks):
+    """Hosts 0..p-1 stream their vectors with the course's host side; rank p runs the student's switch."""
+    import sys
+
+    from course_lib.collectives import sharp
+
+    p = len(xs)
+    if comm.rank < p:
+        return sharp.stream_to_switch(comm, xs[comm.rank], p, chunk_bytes, slots), ""
+    seen = _collective_spy()
+    try:
+        fn(comm, list(range(p)), n_chunks)
+    finally:
+        sys.setprofile(None)
+    return None, (seen[0] if seen else "")
+
+
+@harness
+def run_switch(fn, xs, chunk_bytes, slots, n_chunks, timeout=SWITCH_TIMEOUT):
+    """p hosts (xs) and the student's switch, rank p. Returns None if the run did not finish, else
+    (the hosts' results, bytes[i][j] and messages[i][j] sent from rank i to rank j, the first course
+    collective the switch called or "")."""
+    from course_lib import Cluster
+    from course_lib.runtime.cluster import WorkerTimeout
+
+    p = len(xs)
+    with Cluster(p + 1, timeout=timeout) as cluster:
+        try:
+            res = cluster.run(_fabric_rank, fn, list(xs), chunk_bytes, slots, n_chunks)
+        except WorkerTimeout:
+            return None
+        return ([r[0] for r in res[:p]], res.stats.bytes.tolist(), res.stats.messages.tolist(), res[p][1])
+
+
+def integer_vectors(p, n, dtype, seed):
+    """Integer-valued floats: every order of addition gives the exact sum."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-99, 100, n).astype(dtype) for _ in range(p)]
+
+
+def assert_switch(fn, p, n, dtype, chunk_bytes, slots, seed):
+    xs = integer_vectors(p, n, dtype, seed)
+    itemsize = np.dtype(dtype).itemsize
+    per = chunk_bytes // itemsize
+    k = -(-n // per)
+    where = f"p={p} hosts, n={n} {np.dtype(dtype).name}, {k} chunks of {per} values, {slots} in flight per host"
+    out = run_switch(fn, xs, chunk_bytes, slots, k)
+    assert out is not None, (
+        f"{where}: the run did not finish. A host sends chunk j + {slots} only after the sum of chunk j has come "
+        "back, so the switch must send each chunk's sum down as soon as all hosts' copies of that chunk are in, "
+        "not wait for the whole vector.")
+    results, nbytes, msgs, used = out
+    assert_no_course_collective("switch_loop", [used])
+    want = np.sum(np.stack(xs), axis=0)
+    for h, got in enumerate(results):
+        assert isinstance(got, np.ndarray) and np.array_equal(got, want), (
+            f"{where}: host {h} should get the sum over hosts, but its {worst(got, want, 'result')}. Add chunk j's "
+            "arrays element-wise (the message's tag is j) and send the complete sum.")
+    for h in range(p):
+        for what, table, want_n in (("bytes", nbytes, n * itemsize), ("messages", msgs, k)):
+            assert table[p][h] == want_n, (
+                f"{where}: the switch should send host {h} each chunk's sum once, {want_n} {what} in all (as it "
+                f"received from each host), but sent {table[p][h]}.")
+
+
+@question("ex02_5", points=2, title="In-network aggregation: the switch's loop", names=("switch_loop",))
+def ex02_5(ns):
+    """``switch_loop(comm, hosts, n_chunks)``: receive every host's chunks (tag = chunk index), add them as
+    they arrive, send each complete sum to every host once (tag = its chunk)."""
+    assert_switch(ns["switch_loop"], 3, 50, np.float64, 64, 2, seed=5)    # 7 chunks, the last of 2 values

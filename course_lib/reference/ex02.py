@@ -4,6 +4,7 @@ ex02_1  ring_allreduce(comm, x)                               reduce-scatter + a
 ex02_2  rd_allgather(comm, x)                                 recursive-doubling allgather, p a power of two
 ex02_3  merge_stats(a, b)                                     merge two (count, mean, M2) summaries
 ex02_4  ring_allreduce_time(p, n_bytes, alpha, beta, gamma)   the alpha-beta-gamma cost of ex02_1
+ex02_5  switch_loop(comm, hosts, n_chunks)                    the switch of an in-network allreduce
 
 SyncBatchNorm (:mod:`course_lib.syncbn`) reduces its statistics with :func:`merge_stats`;
 :func:`course_lib.costs.predict` takes the ring allreduce's time from :func:`ring_allreduce_time`.
@@ -82,3 +83,24 @@ def ring_allreduce_time(p, n_bytes, alpha, beta, gamma):
     reduce-scatter steps also add one chunk."""
     steps = 2 * (p - 1)
     return steps * alpha + steps / p * n_bytes * beta + (p - 1) / p * n_bytes * gamma
+
+
+def switch_loop(comm, hosts, n_chunks):
+    """The switch of an in-network allreduce (SwitchML, Sapio et al. 2021): every host sends chunk j
+    of its vector with tag j; add each chunk into chunk j's partial sum as it arrives, from whichever
+    host; once all len(hosts) are in, send the sum to every host with tag j and forget it. The hosts
+    keep only a few chunks in flight, so only a few partial sums are ever held."""
+    from course_lib import MPI
+
+    partial, arrived = {}, {}
+    status = MPI.Status()
+    for _ in range(len(hosts) * n_chunks):
+        got = comm.recv(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)
+        j = status.Get_tag()
+        partial[j] = got if j not in partial else partial[j] + got
+        arrived[j] = arrived.get(j, 0) + 1
+        if arrived[j] == len(hosts):
+            total = partial.pop(j)
+            del arrived[j]
+            for h in hosts:
+                comm.send(total, h, tag=j)

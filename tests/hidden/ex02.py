@@ -6,6 +6,7 @@ from course_lib.questions.ex02 import (
     assert_merge,
     assert_rd_allgather,
     assert_ring_allreduce,
+    assert_switch,
     assert_time,
     merged,
     summary,
@@ -46,3 +47,11 @@ def one_worker_and_large_p(ns):
     assert_time(fn, 1, 1e6, 1e-5, 1e-9, 1e-10, 0.0)                  # one worker communicates nothing
     for args in ((64, 1e8, 2e-6, 1e-10, 5e-11), (3, 12345.0, 7e-6, 3e-9, 1e-9)):
         assert_time(fn, *args, ring_allreduce_time(*args))
+
+
+@hidden_check("ex02_5")
+def other_hosts_windows_and_dtypes(ns):
+    fn = ns["switch_loop"]
+    assert_switch(fn, 5, 33, np.float32, 16, 1, seed=17)     # stop-and-wait: 9 chunks, the last of 1 value
+    assert_switch(fn, 4, 64, np.int64, 32, 3, seed=18)       # 16 chunks, three in flight
+    assert_switch(fn, 1, 5, np.float64, 64, 2, seed=19)      # one host: the sum is its own vector

@@ -49,12 +49,13 @@ LESSONS = (
     Lesson("01", "mapreduce_gd", 'MapReduce gradient descent, speedup and stragglers',
            time='45 / 40 min', package='mapreduce',
            questions=('ex01_1', 'ex01_2', 'ex01_3', 'ex01_4', 'ex01_5'),
-           tests=('test_mapreduce.py',),
+           tests=('test_mapreduce.py', 'test_lesson01.py'),
            summary=(
                'the gradient as a sum over samples; server/worker MapReduce GD on shared-memory shards equals '
                'single-process GD; words per iteration against the formula (sum / mean / collect); speedup '
-               'against the ideal and T(p) = T_compute/p + comm + sync under the effective-cores ceiling and '
-               "emulated latency; a straggler in the timeline; a killed worker's map re-executed; a killed "
+               'against the ideal and T(p) = T_compute/p + comm + sync under the ceiling min(p, cores) and '
+               'emulated latency; incast at the server on an emulated network (collect flat in p, sum unharmed); '
+               "a straggler in the timeline; a killed worker's map re-executed in its new rank's row; a killed "
                'server resumed from a checkpoint')),
     Lesson("02", "collectives", 'Collective communication, costed',
            time='60 / 60 min', package='collectives',

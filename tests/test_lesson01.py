@@ -1,0 +1,136 @@
+"""Lesson 01: what the notebook says about its own run holds on the run's numbers.
+
+The notebook is executed headless once (shared with tests/test_notebooks.py); its variables
+are read back and each sentence of its text that describes them is checked here: exact
+results (iterates, words, re-execution, checkpoints) exactly; timings only as ratios within
+the same run, with margins, and each printed verdict is recomputed from the values it prints.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from course_lib.mapreduce import server_link_time, words_per_iteration
+
+from common import LOADED_BUDGET_S, NOTEBOOKS
+
+NOTEBOOK = NOTEBOOKS / "01_mapreduce_gd.ipynb"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timing, pytest.mark.xdist_group(NOTEBOOK.stem)]
+
+
+def line(ran, start: str) -> str:
+    """The one printed line that starts with ``start``."""
+    found = [x for x in ran.printed.splitlines() if x.startswith(start)]
+    assert len(found) == 1, (start, found)
+    return found[0]
+
+
+def test_runs_headless_within_the_budget(ran):
+    assert not ran.errors, ran.errors
+    assert ran.seconds < LOADED_BUDGET_S, \
+        f"lesson 01 took {ran.seconds:.0f} s (budget under load {LOADED_BUDGET_S:g} s)"
+
+
+def test_same_iterates_whatever_the_number_of_workers(ran):
+    """"The curves lie on top of each other: splitting the sum changes only the order of the
+    floating-point additions"; 1e-12 in the objectives."""
+    v = ran.values
+    for m in (1, 2, 3, 4):
+        assert np.max(np.abs(v["runs"][m].w - v["w_serial"])) < 1e-12
+        assert np.max(np.abs(v["runs"][m].losses - v["loss_serial"])) < 1e-12
+    assert np.linalg.norm(v["runs"][4].w - v["w_lstsq"]) < 1e-3 * np.linalg.norm(v["w_lstsq"])
+
+
+def test_words_per_iteration_match_the_formula(ran):
+    """The table of section 2: measured words down and up equal words_per_iteration, for each reduce."""
+    d = ran.values["d"]
+    for reduce in ("sum", "mean", "collect"):
+        row = line(ran, f"{reduce:>8} ").split()
+        want = words_per_iteration(3, d, reduce, n_samples=3001)
+        assert (int(row[1]), int(row[2])) == want, row
+        assert int(row[-1]) == sum(want)
+
+
+def test_the_speedup_stays_under_its_ceiling(ran):
+    """"the measured speedup stays under [the ceiling min(p, cores)] (the first verdict above, on this
+    run)"; "Workers beyond the cores take turns on them and buy nothing (the second verdict)"."""
+    v = ran.values
+    ps, measured, hard_cores = v["ps"], v["measured"], v["hard_cores"]
+    speedup = np.array([measured[1] / measured[p] for p in ps])
+    assert np.allclose(speedup, v["speedup"])
+    assert np.array_equal(v["ceiling"], np.minimum(ps, hard_cores))
+    assert v["under_ceiling"] == bool(np.all(speedup <= v["ceiling"] * 1.02))
+    assert v["under_ceiling"], f"speedups {speedup} above min(p, {hard_cores})"
+    assert f"at every p: {v['under_ceiling']}" in line(ran, "The measured speedup stays under the ceiling")
+    past = [speedup[p - 1] <= speedup[hard_cores - 1] * 1.1 for p in ps if p > hard_cores]
+    assert v["no_gain_past_cores"] == all(past) and v["no_gain_past_cores"], speedup
+    # the model's ceiling is the probe's effective cores, never above the usable ones
+    assert v["cores"] <= hard_cores and v["model"].speedup(4) <= hard_cores + 1e-9
+
+
+def test_the_speedup_falls_as_the_latency_grows(ran):
+    """"the speedup falls (the verdict above)", every point on the emulated network."""
+    v = ran.values
+    lat_list, lat_times = v["lat_list"], v["lat_times"]
+    bent = {lat: {p: t[1] / t[p] for p in t} for lat, t in lat_times.items()}
+    falls = all(bent[a][p] > bent[b][p] for a, b in zip(lat_list, lat_list[1:]) for p in (2, 4))
+    assert v["falls"] == falls and falls, bent
+    assert line(ran, "The measured speedup falls").endswith(str(falls))
+    best_at_zero = all(bent[0.0][p] == max(bent[lat][p] for lat in lat_list) for p in (2, 4))
+    assert best_at_zero, bent
+
+
+def test_incast_on_the_emulated_network(ran):
+    """Collect's time is flat in p with incast and shrinks without it; by sum incast changes the
+    time by less than 15%; every point within 25% of its model (the verdict line)."""
+    v = ran.values
+    t, model, ps = v["incast_t"], v["incast_model"], v["ps"]
+    flat = t["collect", "incast", 4] / t["collect", "incast", 1]
+    shrinks = t["collect", "sender only", 4] / t["collect", "sender only", 1]
+    same = t["sum", "incast", 4] / t["sum", "sender only", 4]
+    worst = max(abs(t[k] / model[k] - 1) for k in t)
+    assert abs(flat - 1) < 0.2 and shrinks < 0.6, (flat, shrinks)
+    assert abs(same - 1) < 0.15, same
+    assert worst < 0.25, worst
+    assert line(ran, "Incast makes collect's time flat").count("True") == 3
+    # the model: collect's N(P + 1) words all enter the server's link whatever p is
+    N, P = v["incast_data"]["collect"][0].shape
+    assert all(model["collect", "incast", p] == pytest.approx(model["collect", "incast", 1], rel=0.01) for p in ps)
+    assert model["collect", "incast", 1] == pytest.approx(
+        float(server_link_time(1, 8 * P, 8 * N * (P + 1), 1e-3, 10e6)), rel=0.01)
+    assert model["collect", "sender only", 4] < 0.4 * model["collect", "sender only", 1]
+
+
+def test_the_straggler_model_predicts_the_run(ran):
+    """"the iteration follows the slowest"; the model with the straggler within 25% of the run."""
+    v = ran.values
+    s, maps, t_slow, t_fast = v["s"], v["maps"], v["t_slow"], v["t_fast"]
+    assert maps[2] > 0.8 * t_slow                               # "the iteration follows the slowest"
+    assert maps[2] > 0.6 * s * maps[1], maps                   # its map: about s times the other's
+    assert t_slow > 2 * t_fast
+    assert abs(t_slow / v["predicted"] - 1) < 0.25, (t_slow, v["predicted"])
+    assert v["predicted"] == pytest.approx(v["s"] * v["share"] + float(v["straggler_model"].communication(2)))
+    assert line(ran, "measured / model with the straggler").endswith("True")
+
+
+def test_the_killed_ranks_map_is_re_executed_and_shown(ran):
+    """Rank 2 is killed at iteration 3; rank 1 maps shard 1 again, labelled in its row of the
+    timeline, after the server noticed the death; the result is bit-for-bit the clean one."""
+    v = ran.values
+    hurt, redo = v["hurt"], v["redo"]
+    assert list(hurt.failures) == [2]
+    assert hurt.reexecuted == [{"iteration": 3, "shard": 1, "dead_rank": 2, "new_rank": 1}]
+    assert np.array_equal(hurt.w, v["clean"].w)
+    assert redo.rank == 1 and redo.label == "map shard 1 (re-executed)" and redo.kind == "compute"
+    assert v["sent_to_2"][3] < v["noticed"] <= redo.start
+    assert not [e for e in hurt.timeline if e.rank == 2]       # "its trace died with it"
+    assert line(ran, "identical w to the run without the failure:").endswith("True")
+
+
+def test_the_server_restarts_from_its_checkpoint(ran):
+    v = ran.values
+    assert not v["dead"].completed and v["back"].start_iteration == 10
+    assert np.array_equal(v["back"].w, v["ref"].w)
+    assert len(v["back"].time_per_iteration) == 10
+

@@ -65,7 +65,10 @@ def test_allgather_of_the_hidden_layer_costs_more_and_reduce_scatter_half(ran):
     B, HIDDEN, n_out = v["B"], v["HIDDEN"], v["O"]
     assert "allgather: every worker has the full A: True" in ran.printed
     gathered, scattered = v["gathered"].stats.total_bytes, v["scattered"].stats.total_bytes
-    assert gathered == 3 * B * HIDDEN * 8 and gathered > mp.tp_step_bytes(B, v["D"], n_out, 4)   # "far more"
+    pair = mp.tp_step_bytes(B, v["D"], n_out, 4)
+    assert gathered == 3 * B * HIDDEN * 8 and gathered > pair                      # "more than the pair"
+    assert f"the column-row pair sent {pair}: {gathered / pair:.1f}x less" in ran.printed
+    assert mp.allreduce_bytes(4, 10) == 2 * 3 * 10 * 8                             # "2 (p-1) n 8 bytes in total"
     assert 2 * scattered == mp.allreduce_bytes(4, B * n_out) and scattered == 3 * B * n_out * 8   # "half the bytes"
 
 

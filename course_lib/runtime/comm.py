@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import pickle
 import selectors
 import sys
@@ -544,16 +543,12 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
 
 
 _now = time.perf_counter
-_yield_core = getattr(os, "sched_yield", lambda: None)  # not on Windows
 
 
 def _sleep_until(t: float) -> None:
-    """Sleep until perf_counter() reaches t (sleep, then spin the last half millisecond).
-
-    The spin yields the core at each turn: a rank waiting for the emulated network must not
-    take CPU from ranks that compute (with more workers than cores, it would slow them)."""
+    """Sleep until perf_counter() reaches t (sleep, then spin the last half millisecond)."""
     remaining = t - time.perf_counter()
     if remaining > 1e-3:
         time.sleep(remaining - 5e-4)
     while time.perf_counter() < t:
-        _yield_core()
+        pass

@@ -1,8 +1,8 @@
 """Lesson 07, beyond one machine: visible checks.
 
 ex07_1  bus_bandwidth(nbytes, seconds, p)                        algorithm and bus bandwidth of an allreduce
-ex07_2  place_ranks(hosts, n)                                    host and local rank of each rank, as mpiexec places them
-ex07_3  ring_allreduce_seconds(nbytes, p, latency_s, line_rate_gbit)  predicted ring allreduce time on a real link
+ex07_2  place_ranks(hosts, n)                                    (host, local rank) of each rank under mpiexec
+ex07_3  ring_allreduce_seconds(nbytes, p, latency_s, line_rate_gbit)  ring allreduce time on a real link
 """
 import numpy as np
 

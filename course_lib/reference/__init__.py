@@ -35,6 +35,7 @@ QUESTIONS = {
     "ex02_2": "rd_allgather",
     "ex02_3": "merge_stats",
     "ex02_4": "ring_allreduce_time",
+    "ex02_5": "switch_loop",
     "ex03_1": "apply_update",
     "ex03_2": "staleness_aware_lr",
     "ex03_3": "hogwild_worker",
@@ -48,6 +49,7 @@ QUESTIONS = {
     "ex05_2": "may_read",
     "ex05_3": "significantly_modified",
     "ex05_4": "merge_clocks",
+    "ex05_5": "crossover_density",
     "ex06_1": "column_parallel_forward",
     "ex06_2": "row_parallel_forward",
     "ex06_3": "row_parallel_backward",
@@ -87,4 +89,3 @@ def module_name(lesson: str) -> str:
 
 
 __all__ = ["QUESTIONS", "ELEMENTWISE", "NOTEBOOKS", "lesson_of", "questions_of", "module_name"]
-    "ex05_5": "crossover_density",

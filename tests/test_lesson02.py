@@ -127,6 +127,11 @@ def test_the_switch_is_fastest_at_8_hosts_and_its_time_barely_grows(ran):
     assert s[("sharp", 8)] / s[("sharp", 2)] < 1.6 < s[("ring", 8)] / s[("ring", 2)]
     assert 0.8 < min(v["ratio_sw"].values()) and max(v["ratio_sw"].values()) < 2.0
     assert "fastest: sharp" in ran.printed
+    slots = v["slots"]                                            # the window covers a chunk's round trip
+    model = v["model_sw"]
+    c_beta = 64 * 1024 * model.beta
+    assert (slots - 1) * c_beta >= 2 * model.alpha + 2 * c_beta and slots * 64 < 1024    # less than the vector
+    assert f"the switch has {slots} slots of 64 kB = {slots * 64} kB of memory for a 1024 kB vector" in ran.printed
 
 
 def test_float32_sums_are_the_switchs_order_and_every_host_gets_the_same_bits(ran):

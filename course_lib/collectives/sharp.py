@@ -30,8 +30,8 @@ bytes back to back, the downlink streams the sums behind them, and only the last
 
     T = 2 alpha + n beta + c_last beta + (p - 1) c_last gamma
 
-independent of p (the switch reduces at the rate the ports deliver, as long as
-(p - 1) gamma <= beta). Floating-point sums are rounded in the switch's order of arrival,
+where p enters only through the last chunk's additions (the switch keeps up with its ports
+as long as (p - 1) gamma <= beta). Floating-point sums are rounded in the switch's order of arrival,
 so a float32 result can differ in the last bits from a sum in rank order; every host gets
 the same bits, because the switch computes each sum once and sends copies.
 """

@@ -92,9 +92,31 @@ class JobRun:
         return float(self.step_ends[-1] - self.launched)
 
     @property
+    def first_begin(self) -> float:
+        """When the job's first worker began its first step (after the run was dispatched)."""
+        return float(self.begin.min())
+
+    @property
+    def last_end(self) -> float:
+        return float(self.step_ends[-1])
+
+    @property
     def wait(self) -> np.ndarray:
         """[r, k]: wall seconds rank r spent in the allreduce of step k."""
         return self.done - self.arrive
+
+    def step_waits(self, slices=(), group: int | None = None) -> np.ndarray:
+        """Per step, the longer wait of the ranks in its allreduce: how long the first rank to
+        arrive waited for the last (plus the messages). With the gang scheduler's ``slices`` and
+        this job's ``group``, only the steps that began and ended inside one of its slices: a
+        step cut by a pause measures the pause, not the partner."""
+        waits = self.wait.max(axis=0)
+        if group is None:
+            return waits
+        mine = [(a, b) for g, a, b in slices if g == group]
+        first, last = self.arrive.min(axis=0), self.done.max(axis=0)
+        keep = [any(a <= f and t <= b for a, b in mine) for f, t in zip(first, last)]
+        return waits[np.array(keep, dtype=bool)]
 
     def in_slices(self, slices, group: int, slack: float = 2e-3) -> float:
         """Share of this job's step ends that fell inside the gang scheduler's slices of ``group``

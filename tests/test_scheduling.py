@@ -120,5 +120,11 @@ def test_under_gang_scheduling_each_jobs_steps_end_inside_its_own_slices():
     for group, name in enumerate(("A", "B")):
         # every step ends in its own job's slice, or within 2 ms after it (SIGSTOP takes effect late)
         assert runs[name].in_slices(slices, group) > 0.9, name
+        # the steps kept by step_waits lie inside one slice; most steps are
+        job = runs[name]
+        inside = job.step_waits(slices, group)
+        assert 0.5 * spec.steps <= len(inside) <= spec.steps and (inside >= 0).all()
+        assert len(job.step_waits(slices, 1 - group)) <= 2          # at most steps finishing in the slack
+        assert np.array_equal(job.step_waits(), job.wait.max(axis=0))
         for row in runs[name].results:
             assert np.allclose(row["grad"], 0.5)

@@ -30,29 +30,35 @@ def cluster4():
 
 
 def gather_at_zero(comm, senders, repeats=3):
-    """Ranks 1..senders send n bytes to rank 0 at once; rank 0's best time to receive them all."""
+    """Ranks 1..senders send n bytes to rank 0 as soon as it says go; rank 0's best time from its
+    go (no sender starts before it, so p n / B is a true lower bound) to the last message."""
     best = math.inf
     for _ in range(repeats):
         comm.barrier()
         if comm.rank == 0:
             start = comm.now()
+            for dest in range(1, senders + 1):
+                comm.send(None, dest)                 # a few bytes: microseconds at 20 MB/s
             for source in range(1, senders + 1):
                 comm.recv(source=source)
             best = min(best, comm.now() - start)
         elif comm.rank <= senders:
+            comm.recv(source=0)
             comm.send(np.zeros(N_BYTES, dtype=np.uint8), 0)
     return best
 
 
 def stream_to_zero(comm, count):
-    """Rank 1 sends ``count`` messages of n bytes to rank 0, back to back; rank 0's time."""
+    """Rank 1 sends ``count`` messages of n bytes to rank 0, back to back after its go; rank 0's time."""
     comm.barrier()
     if comm.rank == 0:
         start = comm.now()
+        comm.send(None, 1)
         for _ in range(count):
             comm.recv(source=1)
         return comm.now() - start
     if comm.rank == 1:
+        comm.recv(source=0)
         for _ in range(count):
             comm.send(np.zeros(N_BYTES, dtype=np.uint8), 0)
 

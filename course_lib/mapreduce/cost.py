@@ -31,9 +31,10 @@ With ``cores`` set (the machine's effective cores), p workers compute the map in
 T_compute / min(p, cores): more workers than cores take turns on the same cores.
 
 A straggler s times slower than the others (``slow={rank: s}``: it sleeps s - 1 times as
-long as it computed, as a slower machine would take longer) maps its shard in s * T_compute / p:
-its core is its own while it computes, because while it sleeps the others have the cores, and
-the kernel runs a task that has slept first. An iteration ends when its slowest map ends:
+long as it computed, as a slower machine would take longer) maps its shard in s * T_compute / p
+when its compute has a core of its own (p <= cores; with more workers than cores its compute
+may also wait its turn, and the model is then a lower bound). Its sleep leaves the cores to
+the others. An iteration ends when its slowest map ends:
 
     sync(p) = max(0, s * T_compute / p - T_compute / min(p, cores))
 

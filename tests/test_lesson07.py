@@ -7,6 +7,8 @@ carry margins; timing is only ever compared as ratios measured in the same run.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -227,10 +229,15 @@ def test_a_late_worker_holds_the_first_one_and_spinning_burns_its_core(ran):
 
 def test_a_spinning_step_waits_longer_uncoordinated(ran):
     """"with spinning workers a step waits far longer in the allreduce uncoordinated than
-    gang-scheduled" (measured: 3.1-7.1 ms against 0.18-2.0 ms, 3.5x to 32x); with blocking workers
-    the text claims nothing (2.3-8.5 ms against 0.16-3.8 ms), the printed line must be the run's."""
+    gang-scheduled on a quiet machine" (measured: 3.1-7.1 ms against 0.18-2.0 ms, 3.5x to 32x;
+    at load 5 on 2 cores 6.3 against 4.9 ms); with blocking workers the text claims nothing
+    (2.3-8.5 ms against 0.16-3.8 ms). The printed lines must be the run's."""
     v = ran.values
-    for wait, factor in (("spin", 2.0), ("block", 0.0)):
+    quiet = v["load"] < os.cpu_count()
+    assert _printed_line(ran.printed, "load average during these runs:") == (
+        f"load average during these runs: {v['load']:.1f} on {os.cpu_count()} cores "
+        f"({'a quiet' if quiet else 'a busy'} machine)")
+    for wait in ("spin", "block"):
         for policy in ("uncoordinated", "gang"):
             runs = v["jobs"][wait, policy].values()
             groups = range(2) if policy == "gang" else [None, None]
@@ -238,7 +245,9 @@ def test_a_spinning_step_waits_longer_uncoordinated(ran):
                                              for g, run in zip(groups, runs)]))
             assert v["step_wait"][wait, policy] == want
         free, gang = v["step_wait"][wait, "uncoordinated"], v["step_wait"][wait, "gang"]
-        assert free > factor * gang, (wait, free, gang)
         line = _printed_line(ran.printed, f"on this run, {wait}: median wait per step")
         assert line.endswith(f"{free * 1e3:.2f} ms uncoordinated, {gang * 1e3:.2f} ms gang-scheduled "
                              f"({free / gang:.1f}x)"), line
+    if quiet:
+        free, gang = v["step_wait"]["spin", "uncoordinated"], v["step_wait"]["spin", "gang"]
+        assert free > 2 * gang, (free, gang)

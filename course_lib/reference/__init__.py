@@ -1,6 +1,6 @@
 """Reference answers of the exercise questions: instructor-only, left out of the student release.
 
-One module per lesson, ``ex00`` ... ``ex06``, holds the reference implementation of every
+One module per graded lesson, ``ex00`` ... ``ex07``, holds the reference implementation of every
 function an exercise question asks for, under the name and with the parameters the question
 gives it. These modules are the one home of those functions: the library imports them from
 here where it needs them (the gossip runtime its mixing matrix and gossip step, the parameter

@@ -207,7 +207,11 @@ def ring_step_seconds(n_keys: int, p: int, network: Network, value_bytes: int = 
 
 def ps_step_seconds(touched, p: int, busiest_share: float, network: Network, key_bytes: int = KEY_BYTES,
                     value_bytes: int = VALUE_BYTES) -> float:
-    """One PS step on an emulated network that charges the sender ``bytes / bandwidth`` (:mod:`netem`).
+    """One PS step on an emulated network (:mod:`netem`), charging each message's sender ``bytes / bandwidth``.
+
+    The emulator also makes each receiver's link take one message at a time (incast: the pulls and
+    pushes of the ``p`` workers reach the busiest server together); this model leaves that queue out,
+    with the per-message cost of Python, so a measured step sits above it (lesson 05 prints by how much).
 
     The worker sends its pull (``k b_key``), the request crosses (``alpha``), the busiest server
     answers its ``p`` workers one after the other (``p s k b_val``), the answer crosses (``alpha``),

@@ -113,3 +113,36 @@ def test_per_link_bandwidth_is_the_downlinks_too(cluster4):
     t = cluster4.run(gather_at_zero, 3, network=net)[0]
     # rank 1's message is ready after 4 n / B and read first; ranks 2 and 3 then take n / B each
     assert 0.9 * 6 * TRANSMIT <= t < 6 * TRANSMIT + 0.03, t
+
+
+def ring_shifts_timing_cpu(comm, rounds):
+    """Shift a small array around the ring ``rounds`` times; (CPU s, wall s, spins its waits?)."""
+    import time
+
+    a = np.zeros(16)
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(rounds):
+        a = comm.sendrecv(a, dest=(comm.rank + 1) % comm.size, source=(comm.rank - 1) % comm.size)
+    return time.process_time() - cpu, time.perf_counter() - wall, comm._spin_waits
+
+
+def test_more_ranks_than_cores_wait_for_the_network_without_spinning():
+    """With more ranks than cores a rank that spins out its emulated wait holds a core another rank
+    needs (16 gossip nodes on 2 cores beside other work: lesson 04 took 270 s instead of 26 s), so
+    such ranks sleep instead, and the emulated latency still holds: 40 shifts at 1 ms take >= 40 ms."""
+    from course_lib.runtime.shm_sync import usable_cpus
+
+    p = max(8, usable_cpus() + 1)
+    rounds, latency = 40, 1e-3
+    with Cluster(p, start_method="fork", timeout=30) as c:
+        res = c.run(ring_shifts_timing_cpu, rounds, network=Network(latency=latency))
+    assert not any(spin for _, _, spin in res)
+    assert min(wall for _, wall, _ in res) >= rounds * latency
+    assert_clean()
+
+
+def test_a_rank_per_core_spins_out_its_waits_for_precision(cluster4):
+    from course_lib.runtime.shm_sync import usable_cpus
+
+    res = cluster4.run(ring_shifts_timing_cpu, 2, network=Network(latency=1e-3))
+    assert all(spin == (4 <= usable_cpus()) for _, _, spin in res)

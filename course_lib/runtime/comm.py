@@ -41,6 +41,7 @@ from .groups import GroupMethods
 from .mpi4py_methods import MPI4PY_COMM_METHODS
 from .netem import Downlink, Network
 from .p2p import PointToPoint, Request, Status, as_rank
+from .shm_sync import usable_cpus
 from .trace import Stats, Tracer
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "PROC_NULL", "Comm", "PeerLost", "Request", "Status", "Deadlock"]
@@ -123,6 +124,10 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         self._network = network
         self._instant = network.is_instant
         self._downlink = Downlink() if network.downlink and not network.is_instant else None
+        # Spin out the end of an emulated wait only with a core per rank: with more ranks than cores
+        # the spinning ranks take the cores the others need (16 gossip nodes on 2 cores beside other
+        # work: a 26 s notebook took 270 s).
+        self._spin_waits = self.size <= usable_cpus()
         self._slow = float(slow.get(self.rank, 1.0))
         self._fault = faults.get(self.rank)
         self._pending: deque[wire.Message] = deque()
@@ -277,7 +282,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
             self._mark_dead(dest)
             raise PeerLost(dest, "send") from exc
         if busy_until:  # the emulated link is busy for nbytes / bandwidth
-            _sleep_until(busy_until[0])
+            _sleep_until(busy_until[0], self._spin_waits)
         self._sent_bytes[dest] += payload
         self._sent_msgs[dest] += 1
         self._sent_header[dest] += header
@@ -489,7 +494,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         if posted.msg is not None and posted.msg.ready_at > _now():
             if not block:
                 return False
-            _sleep_until(posted.msg.ready_at)  # the emulated network has not delivered it yet
+            _sleep_until(posted.msg.ready_at, self._spin_waits)  # the emulated network has not delivered it yet
         return posted.msg is not None
 
     def _recv(self, source: int, tag: int, context: int):
@@ -503,7 +508,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         if not tracer.enabled:  # the same, minus the bookkeeping of the timeline
             msg = self._wait_for_match(source, tag, context)
             if msg.ready_at and msg.ready_at > _now():  # the emulated network has not delivered it yet
-                _sleep_until(msg.ready_at)
+                _sleep_until(msg.ready_at, self._spin_waits)
             return msg
         start = _now()
         try:
@@ -518,7 +523,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
             tracer.add("wait", start, read_start, "", msg.source)
         tracer.add("recv", read_start, read_end, "", msg.source, msg.nbytes)
         if msg.ready_at > _now():  # the emulated network has not delivered it yet
-            _sleep_until(msg.ready_at)
+            _sleep_until(msg.ready_at, self._spin_waits)
             tracer.add("wait", read_end, _now(), "network", msg.source)
         return msg
 
@@ -545,9 +550,15 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
 _now = time.perf_counter
 
 
-def _sleep_until(t: float) -> None:
-    """Sleep until perf_counter() reaches t (sleep, then spin the last half millisecond)."""
+def _sleep_until(t: float, spin: bool = True) -> None:
+    """Sleep until perf_counter() reaches t: sleep, then, with ``spin``, spin the last half
+    millisecond (a sleep may overshoot by tens of microseconds; a spin does not, but it holds
+    a core, and yielding it instead hands it away for a whole time slice: 2 ms became 7 ms)."""
     remaining = t - time.perf_counter()
+    if not spin:
+        if remaining > 0:
+            time.sleep(remaining)
+        return
     if remaining > 1e-3:
         time.sleep(remaining - 5e-4)
     while time.perf_counter() < t:

@@ -74,8 +74,7 @@ _BATCH_FIXTURES = {"batch", "lesson_grades"}
 
 
 # Tests that compare measured time with a model (and the notebooks, whose text states what their
-# own timings show). Their margins hold beside the other tests (measured: 70 of 73 passed with two
-# busy loops and other work on 2 cores, load 13), so `make test` runs them in parallel with the rest.
+# own timings show): `make test` runs them alone, after the parallel tests, on a quiet machine.
 _TIMING_FIXTURES = {"executed_notebook"}
 _TIMING_TESTS = {
     "test_measure_alpha_beta_gamma", "test_straggler_sets_the_pace", "test_pipeline_measured_bubble_matches_formula",
@@ -83,12 +82,6 @@ _TIMING_TESTS = {
     "test_spinning_beats_pipe_barriers_on_small_messages", "test_backup_wait_on_real_processes",
     "test_policies_follow_their_rules", "test_backups_shorten_the_wait", "test_slow_worker_is_staler",
 }
-
-# ... except these, which measure what needs both cores free: a fit of the machine's own alpha,
-# beta and gamma, spinning against blocking barriers, and two lock-free processes beating one
-# (lesson 03). Under load each missed its margin, so `make test` runs them alone, afterwards.
-_QUIET_TESTS = {"test_measure_alpha_beta_gamma", "test_spinning_beats_pipe_barriers_on_small_messages"}
-_QUIET_NOTEBOOKS = {"03_async_parameter_server"}
 
 
 def _notebook_of(item) -> str | None:
@@ -112,10 +105,8 @@ def pytest_collection_modifyitems(config, items):
         if _BATCH_FIXTURES & fixtures:
             item.add_marker(pytest.mark.xdist_group("grading"))
         notebook = _notebook_of(item)
-        if notebook:  # one process executes the notebook once for all the tests that read it
+        if notebook:  # under -n, one process executes the notebook once for all the tests that read it
             item.add_marker(pytest.mark.xdist_group(notebook))
-        if item.originalname in _QUIET_TESTS or notebook in _QUIET_NOTEBOOKS:
-            item.add_marker(pytest.mark.quiet)
 
 
 def pytest_configure(config):

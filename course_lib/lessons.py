@@ -96,7 +96,7 @@ LESSONS = (
                'closing table measured')),
     Lesson("05", "parameter_server_internals", 'Inside the parameter server',
            time='45 / 40 min', package='ps',
-           questions=('ex05_1', 'ex05_2', 'ex05_3', 'ex05_4', 'ex05_5'),
+           questions=('ex05_1', 'ex05_2', 'ex05_3', 'ex05_4', 'ex05_5', 'ex05_6'),
            tests=('test_ps.py', 'test_lesson05.py'),
            summary=(
                'inside the parameter server (Li et al., OSDI 2014): key ranges on a consistent-hashing ring, '

@@ -5,13 +5,17 @@ ex05_2  may_read(t, clocks, tau)                  the bounded-delay (SSP) gate
 ex05_3  significantly_modified(keys, residual, theta)   the filter: send big entries, keep the rest
 ex05_4  merge_clocks(a, b)                        merge two vector clocks kept per key range
 ex05_5  crossover_density(p, busiest_share, key_bytes, value_bytes)   parameter server or ring allreduce
+ex05_6  sgd_worker_loop(kv, keys, update, depend)  a worker's iterations as tasks, with or without dependency
 """
 import math
 
 import numpy as np
 
 from course_lib.grading import question
-from course_lib.questions import as_array, as_int, as_number, as_sequence, call_keeping_inputs, num, shown
+from course_lib.grading.student import harness
+from course_lib.questions import as_array, as_int, as_number, as_sequence, call_keeping_inputs, num, shown, worst
+
+CHECK_TIMEOUT = 8.0  # seconds a parameter-server run of a check may take (these take well under one)
 
 
 # ------------------------------------------------------------------------------ ex05_1
@@ -150,3 +154,208 @@ def ex05_5(ns):
     as many bytes through their busiest rank per step."""
     assert_crossover(ns["crossover_density"], [(3, 0.5, 8, 8, 4 / 9), (2, 0.5, 8, 8, 0.5), (4, 0.25, 8, 8, 0.75),
                                                (8, 1.0, 8, 8, 0.109375), (3, 0.2, 8, 8, 2 / 3)])
+
+
+# ------------------------------------------------------------------------------ ex05_6
+class TaskLog:
+    """The worker's ``kv``, handed to the loop under test: it forwards every call and records, in
+    order, each task the loop issues (pull, push, wait, advance) and each gradient it asks for.
+
+    For a pull it notes the worker's clock and which earlier pushes were still unacknowledged when
+    the pull left. The worker has one thread and handles acknowledgements only inside a wait, so
+    this is exact: an unacknowledged push is one no wait has completed yet."""
+
+    def __init__(self, kv, keys):
+        self.kv, self.keys, self.log = kv, keys, []
+        self.pull_number, self.push_number, self.updates = {}, {}, {}
+
+    def __getattr__(self, name):                 # kv.w, kv.cfg, kv.comm, ... as on the real worker
+        return getattr(self.kv, name)
+
+    def _number(self, keys, numbers, ts):
+        numbers[ts] = len(numbers)
+        n = numbers[ts]
+        same = n < len(self.keys) and np.array_equal(np.asarray(keys), self.keys[n])
+        return n, bool(same)
+
+    def pull(self, keys, after=()):
+        ts = self.kv.pull(keys, after=after)     # returns once sent (after its dependencies)
+        n, same = self._number(keys, self.pull_number, ts)
+        unacked = [i for t, i in self.push_number.items() if t in self.kv.pending and self.kv.pending[t].todo]
+        self.log.append({"op": "pull", "n": n, "keys_ok": same, "clock": self.kv.clock, "unacked": unacked})
+        return ts
+
+    def push(self, keys, values, after=()):
+        ts = self.kv.push(keys, values, after=after)
+        n, same = self._number(keys, self.push_number, ts)
+        made = self.updates.get(n)
+        same_values = made is not None and np.array_equal(np.asarray(values, dtype=float), made)
+        self.log.append({"op": "push", "n": n, "keys_ok": same, "values_ok": bool(same_values),
+                         "clock": self.kv.clock})
+        return ts
+
+    def wait(self, ts):
+        self.log.append({"op": "wait", "pull": self.pull_number.get(ts, -1)})
+        return self.kv.wait(ts)
+
+    def wait_for(self, timestamps):
+        for ts in timestamps:
+            self.wait(ts)
+
+    def wait_all(self):
+        self.log.append({"op": "wait", "pull": "all"})
+        self.kv.wait_all()
+
+    def advance(self):
+        self.kv.advance()
+        self.log.append({"op": "advance", "clock": self.kv.clock})
+
+
+LOOP_BATCH, LOOP_ETA = 16, 0.5
+
+
+def loop_data(seed):
+    """The click data of the runs: big enough steps that one iteration of delay changes the model."""
+    from course_lib.ps import make_ctr
+
+    return make_ctr(n=600, n_keys=2048, nnz=10, seed=3 + seed)
+
+
+def _loop_driver(kv, loop, data, iters, batch, eta, depend, seed):
+    """One worker: minibatches as :func:`course_lib.ps.tasks.delayed_sgd` draws them, the loop under
+    test on a :class:`TaskLog`. Every push also adds 1 to the last key (a counter, not a weight), so
+    the counter a read returns says how many pushes it contains: its staleness is measured."""
+    from course_lib.ps import minibatch_grad
+
+    rows = np.arange(kv.w, len(data.y), kv.cfg.n_workers)
+    rng = np.random.default_rng(seed * 1000 + kv.w)
+    batches = [rng.choice(rows, size=batch, replace=False) for _ in range(iters)]
+    keys = [np.append(np.unique(data.idx[b]), data.n_keys) for b in batches]
+    spy = TaskLog(kv, keys)
+
+    def update(t, w):
+        if not isinstance(t, (int, np.integer)) or not 0 <= t < iters:
+            raise ValueError(f"update(t, w) takes the iteration t in 0..{iters - 1}, got t={shown(t)}")
+        w = np.asarray(w, dtype=float)
+        if w.shape != keys[t].shape:
+            raise ValueError(f"update({t}, w) takes w, the values read for keys[{t}] (shape {keys[t].shape}), "
+                             f"got shape {w.shape}: pass what kv.wait returned for the pull of keys[{t}]")
+        g, _ = minibatch_grad(data.idx[batches[t]], data.y[batches[t]], keys[t][:-1], w[:-1])
+        spy.log.append({"op": "update", "t": int(t), "staleness": t - w[-1] / kv.cfg.n_workers})
+        spy.updates[int(t)] = np.append(-eta * g, 1.0)
+        return spy.updates[int(t)].copy()
+
+    loop(spy, [k.copy() for k in keys], update, depend)
+    return spy.log
+
+
+@harness
+def run_sgd_loop(fn, n_servers, n_workers, iters, latency=0.0, seed=0, replicas=0):
+    """The student's loop on ``n_workers`` worker processes and ``n_servers`` sequential servers
+    (``tau = 0``; ``replicas`` copies of each key range down a chain), once with ``depend=True`` and
+    once with ``depend=False``; each message delayed by ``latency`` seconds (emulated). Returns, per
+    run, each worker's task log and the final model."""
+    from course_lib import Cluster, Network
+    from course_lib.ps import PSConfig, gather_store, ps_node
+
+    data = loop_data(seed)
+    cfg = PSConfig(n_servers=n_servers, n_workers=n_workers, n_keys=data.n_keys + 1, tau=0, replicas=replicas)
+    out = []
+    with Cluster(cfg.size, timeout=CHECK_TIMEOUT) as c:
+        for depend in (True, False):
+            res = c.run(ps_node, cfg, _loop_driver, fn, data, iters, LOOP_BATCH, LOOP_ETA, depend, seed,
+                        network=Network(latency=latency) if latency else None)
+            out.append({"logs": [r["result"] for r in res[n_servers:]], "w": gather_store(list(res), cfg).ravel()})
+    return out
+
+
+def _positions(log, iters):
+    """Where in the log each iteration's pull, gradient, push and first wait on its pull are."""
+    at = {k: [None] * iters for k in ("pull", "update", "push", "wait")}
+    for i, e in enumerate(log):
+        n = e.get("n", e.get("t", e.get("pull")))
+        if e["op"] == "wait" and n == "all":
+            for m in range(iters):
+                at["wait"][m] = i if at["wait"][m] is None else at["wait"][m]
+        elif e["op"] in at and isinstance(n, int) and 0 <= n < iters and at[e["op"]][n] is None:
+            at[e["op"]][n] = i
+    return at
+
+
+def assert_worker_tasks(log, iters, depend, who):
+    """One worker's tasks: one pull, gradient and push per iteration, in the order ``depend`` asks for."""
+    ops = [e["op"] for e in log]
+    for op, what in (("pull", "pull"), ("push", "push"), ("update", "call of update")):
+        assert ops.count(op) == iters, (
+            f"{who}: {iters} iterations make {iters} {what}s, one per iteration; your loop made {ops.count(op)}.")
+    bad = [e for e in log if e["op"] in ("pull", "push") and not e["keys_ok"]]
+    assert not bad, (f"{who}: {bad[0]['op']} number {bad[0]['n']} should be of keys[{bad[0]['n']}], "
+                     "one per iteration in order.")
+    updates = [e["t"] for e in log if e["op"] == "update"]
+    assert updates == list(range(iters)), f"{who}: update should be called with t = 0, 1, ..., got {updates}."
+    bad = [e for e in log if e["op"] == "push" and not e["values_ok"]]
+    assert not bad, f"{who}: push {bad[0]['n']} should send update({bad[0]['n']}, w), what update returned."
+    pushes = [e["clock"] for e in log if e["op"] == "push"]
+    clock = max([e["clock"] for e in log if e["op"] == "advance"], default=0)
+    assert pushes == list(range(iters)) and clock == iters, (
+        f"{who}: call kv.advance() once per iteration, right after its push (push t leaves at clock t, and "
+        f"the clock ends at {iters}); your pushes left at clocks {pushes}, and the clock ended at {clock}.")
+    at = _positions(log, iters)
+    pulls = {e["n"]: e for e in log if e["op"] == "pull"}
+    for t in range(iters - 1):
+        nxt = pulls[t + 1]
+        if depend:
+            assert t not in nxt["unacked"] and at["pull"][t + 1] > at["push"][t], (
+                f"{who}, depend=True: pull {t + 1} left before push {t} was acknowledged. With the dependency "
+                f"the next read is a task that waits for the push: kv.pull(keys[{t + 1}], after=[the push's "
+                "timestamp]).")
+            assert nxt["clock"] == t + 1, (
+                f"{who}, depend=True: pull {t + 1} left at clock {nxt['clock']}: advance the clock after push {t} "
+                f"and before pull {t + 1}, or the sequential server answers it before the other workers' "
+                f"iteration {t} arrives.")
+        else:
+            assert at["pull"][t + 1] < at["update"][t], (
+                f"{who}, depend=False: pull {t + 1} should leave before the gradient of iteration {t} is computed "
+                f"(before update({t}, w)), so that its round trip runs during the computation; yours left after.")
+            assert at["wait"][t + 1] is None or at["wait"][t + 1] > at["update"][t], (
+                f"{who}, depend=False: your loop waited for pull {t + 1} before computing the gradient of "
+                f"iteration {t}: wait for it only at the start of iteration {t + 1}, or nothing overlaps.")
+
+
+def _listed(values):
+    return ", ".join(num(v) for v in values)
+
+
+def check_sgd_loop(fn, n_servers, n_workers, iters, latency=0.0, seed=0, replicas=0):
+    """Both variants of the loop: measured staleness, task order, final model against the baseline."""
+    from course_lib.ps.tasks import delayed_sgd
+
+    runs = run_sgd_loop(fn, n_servers, n_workers, iters, latency, seed, replicas)
+    data = loop_data(seed)
+    setup = f"{n_workers} workers, {n_servers} servers (tau = 0), {iters} iterations"
+    for depend, run in zip((True, False), runs):
+        delay = 0 if depend else 1
+        for k, log in enumerate(run["logs"]):
+            who = f"worker {k} ({setup})"
+            stale = [e["staleness"] for e in log if e["op"] == "update"]
+            want = [0.0] + [float(delay)] * (iters - 1)
+            assert np.allclose(stale, want, rtol=0, atol=1e-9), (
+                f"{who}, depend={depend}: the reads of iterations 0, 1, ... should miss {_listed(want)} iterations "
+                f"of updates, yours missed {_listed(stale)} (measured by a counter every push adds 1 to). "
+                + ("With the dependency pull t+1 leaves once push t is acknowledged and the clock says t is done."
+                   if depend else "Without it pull t+1 leaves before push t, so it cannot contain iteration t."))
+            assert_worker_tasks(log, iters, depend, who)
+        w = as_array(run["w"], "the final model", shape=(data.n_keys + 1,))
+        want = delayed_sgd(data, n_workers, iters, LOOP_BATCH, LOOP_ETA, delay, seed=seed)
+        assert np.allclose(w[:-1], want, rtol=0, atol=1e-12), (
+            f"{setup}, depend={depend}: the final model should be that of "
+            + ("synchronous SGD" if depend else "SGD delayed by one iteration") + f", but {worst(w[:-1], want, 'w')}.")
+
+
+@question("ex05_6", points=3, title="A worker's iterations as tasks, with and without the dependency",
+          names=("sgd_worker_loop",))
+def ex05_6(ns):
+    """``sgd_worker_loop(kv, keys, update, depend)``: ``len(keys)`` iterations of wait for the read of
+    ``keys[t]``, push ``update(t, w)``, ``kv.advance()``; the pull of ``t + 1`` depends on push ``t``
+    (``depend``) or leaves before the gradient of ``t``."""
+    check_sgd_loop(ns["sgd_worker_loop"], n_servers=2, n_workers=3, iters=6)

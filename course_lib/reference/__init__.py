@@ -50,6 +50,7 @@ QUESTIONS = {
     "ex05_3": "significantly_modified",
     "ex05_4": "merge_clocks",
     "ex05_5": "crossover_density",
+    "ex05_6": "sgd_worker_loop",
     "ex06_1": "column_parallel_forward",
     "ex06_2": "row_parallel_forward",
     "ex06_3": "row_parallel_backward",

@@ -5,11 +5,14 @@ ex05_2  may_read(t, clocks, tau)                       the bounded-delay (SSP) g
 ex05_3  significantly_modified(keys, residual, theta)  the filter: send big entries, keep the rest
 ex05_4  merge_clocks(a, b)                             merge two vector clocks kept per key range
 ex05_5  crossover_density(p, busiest_share, key_bytes, value_bytes)   parameter server or ring allreduce
+ex05_6  sgd_worker_loop(kv, keys, update, depend)      a worker's iterations as tasks, with or without dependency
 
 The parameter server (:mod:`course_lib.ps`) routes keys with :func:`ring_lookup`, gates its
 reads with :func:`may_read`, filters pushes with :func:`significantly_modified` and merges its
 range clocks with :func:`merge_clocks`; :mod:`course_lib.ps.crossover` predicts with
 :func:`crossover_density` where a ring allreduce starts to move fewer bytes than the server.
+:func:`sgd_worker_loop` is the loop of :func:`course_lib.ps.tasks.prefetch_worker` without its
+bookkeeping (minibatches, the staleness counter, the timeline events).
 """
 from __future__ import annotations
 
@@ -88,3 +91,26 @@ def crossover_density(p, busiest_share, key_bytes, value_bytes):
     ring_per_weight = 4 * (p - 1) / p * value_bytes
     ps_per_key = 2 * (key_bytes + value_bytes) * max(1.0, p * busiest_share)
     return ring_per_weight / ps_per_key
+
+
+def sgd_worker_loop(kv, keys, update, depend):
+    """One worker's SGD iterations as asynchronous tasks (Li et al., OSDI 2014, section 3.2).
+
+    Iteration ``t``: wait for the read of ``keys[t]``, push ``update(t, w)``, then ``kv.advance()``.
+    The pull of ``t + 1`` either
+
+    * depends on push ``t`` (``depend``): it leaves once that push is acknowledged, and after the
+      clock says iteration ``t`` is done, so the sequential server (``tau = 0``) answers it with every
+      update of iteration ``t``: staleness 0, synchronous SGD, ``T ~ c + 4 alpha`` per iteration; or
+    * leaves before the gradient of ``t`` is computed, so its round trip overlaps the computation:
+      the read misses iteration ``t`` (staleness 1), ``T ~ max(c, 2 alpha)``."""
+    last = len(keys) - 1
+    read = kv.pull(keys[0])
+    for t in range(len(keys)):
+        w = kv.wait(read)
+        if not depend and t < last:
+            read = kv.pull(keys[t + 1])                   # before the gradient of t: overlap
+        push = kv.push(keys[t], update(t, w))
+        kv.advance()
+        if depend and t < last:
+            read = kv.pull(keys[t + 1], after=[push])     # once push t is acknowledged

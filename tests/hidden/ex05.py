@@ -4,7 +4,14 @@ import math
 import numpy as np
 
 from course_lib.grading import hidden_check
-from course_lib.questions.ex05 import assert_crossover, assert_filter, assert_gate, assert_lookup, assert_merge
+from course_lib.questions.ex05 import (
+    assert_crossover,
+    assert_filter,
+    assert_gate,
+    assert_lookup,
+    assert_merge,
+    check_sgd_loop,
+)
 from course_lib.reference.ex05 import crossover_density, may_read, merge_clocks, ring_lookup, significantly_modified
 
 
@@ -68,3 +75,11 @@ def other_sizes_and_cached_keys(ns):
               int(rng.choice([2, 4, 8]))) for _ in range(12)]
     cases += [(2, 0.5, 0, 8), (16, 1 / 16, 8, 2), (5, 0.19, 8, 8)]      # no keys sent; p s = 1; p s just under 1
     assert_crossover(ns["crossover_density"], [(*c, crossover_density(*c)) for c in cases])
+
+
+@hidden_check("ex05_6")
+def one_worker_chains_and_slow_links(ns):
+    fn = ns["sgd_worker_loop"]
+    check_sgd_loop(fn, n_servers=1, n_workers=1, iters=5, latency=0.005, seed=1)     # no other worker to wait for
+    check_sgd_loop(fn, n_servers=3, n_workers=2, iters=5, latency=0.002, seed=2, replicas=1)  # acks after the chain
+    check_sgd_loop(fn, n_servers=2, n_workers=2, iters=2, seed=4)                      # one next pull only

@@ -140,6 +140,7 @@ def measure_course(cluster, sizes, engine: str = "shm", tries: int = 20, bind: b
 
 # -- MPICH under mpiexec -----------------------------------------------------------------
 def mpiexec_path() -> str | None:
+    """The ``mpiexec`` beside this Python (the venv's), else the one on PATH, else None."""
     here = pathlib.Path(sys.executable).parent / "mpiexec"
     return str(here) if here.exists() else shutil.which("mpiexec")
 

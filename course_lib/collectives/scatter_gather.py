@@ -23,6 +23,8 @@ import numpy as np
 
 
 def classify(src, dst, unit_size, total_size) -> str:
+    """Which collective a scatter-gather is: one source sends the whole (broadcast) or units (scatter);
+    one destination receives the whole (gather) or units (gather_units); else allgather or alltoall."""
     src, dst = list(src), list(dst)
     whole = unit_size == total_size
     if len(src) == 1:

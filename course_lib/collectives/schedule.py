@@ -132,6 +132,7 @@ def holdings(collective: str, algorithm: str, p: int, n: int = 12) -> np.ndarray
 
 
 def rounds(msgs) -> int:
+    """Number of rounds in the messages of :func:`record` (0 if there are none)."""
     return max((m.round for m in msgs), default=0)
 
 
@@ -162,8 +163,11 @@ def draw_round(ax, msgs, p, rnd, title=None, held=None):
         a2, b2 = a + d / L * 0.16, b - d / L * 0.16
         ax.annotate("", xy=b2, xytext=a2, zorder=2,
                     arrowprops=dict(arrowstyle="-|>", color="#c0392b", lw=1.4, connectionstyle="arc3,rad=0.12"))
-        mid = (a2 + b2) / 2 + np.array([-d[1], d[0]]) / L * 0.08
-        ax.text(*mid, f"{m.nbytes}B", fontsize=7, color="#7b241c", ha="center", va="center")
+        # the label sits near the sender, not at the middle: arrows between opposite ranks
+        # (recursive doubling, p >= 8) all cross the centre, where their labels would pile up
+        near_src = a2 + 0.3 * (b2 - a2) + np.array([-d[1], d[0]]) / L * 0.08
+        ax.text(*near_src, f"{m.nbytes}B", fontsize=7, color="#7b241c", ha="center", va="center",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.5})
     ax.set_title(title or f"round {rnd}: {len(now)} message(s)", fontsize=9)
     return ax
 

@@ -57,6 +57,7 @@ def ssp_violations(reads, tau) -> list:
 
 
 def model_name(tau) -> str:
+    """The consistency model a bound ``tau`` gives: 0 sequential, INF eventual, else bounded delay."""
     return "sequential" if tau == 0 else "eventual" if tau == INF else f"bounded delay {tau}"
 
 

@@ -48,6 +48,7 @@ def make_ctr(n: int = 4000, n_keys: int = 1 << 17, nnz: int = 30, n_informative:
 
 
 def logloss(data: CTRData, w, rows=None) -> float:
+    """Mean logistic loss log(1 + e^m) - y m, m = sum of w over each row's keys (all rows, or ``rows``)."""
     idx = data.idx if rows is None else data.idx[rows]
     y = data.y if rows is None else data.y[rows]
     m = np.asarray(w).ravel()[idx].sum(1)

@@ -101,6 +101,7 @@ class RunResult(list):
 
 # ------------------------------------------------------------ checks of the arguments
 def default_start_method() -> str:
+    """How worker processes start: COURSE_START_METHOD if set, else the platform's default."""
     env = os.environ.get("COURSE_START_METHOD")
     if env:
         if env not in START_METHODS:

@@ -112,7 +112,7 @@ LESSONS = (
                'crossover predicted and measured')),
     Lesson("06", "model_and_pipeline_parallel", 'Beyond data parallelism: model (tensor) and pipeline parallelism',
            time='45 / 40 min', package='model_parallel',
-           questions=('ex06_1', 'ex06_2', 'ex06_3', 'ex06_4', 'ex06_5'),
+           questions=('ex06_1', 'ex06_2', 'ex06_3', 'ex06_4', 'ex06_5', 'ex06_6'),
            tests=('test_model_parallel.py', 'test_lesson06.py'),
            summary=(
                'split a two-layer network by columns and rows over real processes (equal to serial; allgather / '

@@ -17,6 +17,9 @@ Here a graph is a list of :class:`Node` in a topological order, ``device`` being
 the node; :func:`run_graph` executes, on one rank, the nodes placed on it: inputs produced on another
 rank arrive by ``recv`` (tag = the producer's index), outputs go by ``send`` to every other rank that
 consumes them.
+
+The data-parallel graph, :func:`in_graph_data_parallel`, is exercise ex06_6: its one home is
+:mod:`course_lib.reference.ex06`, re-exported here under its name.
 """
 from __future__ import annotations
 
@@ -26,8 +29,8 @@ from typing import Callable
 
 import numpy as np
 
-from .mlp import backward, forward
-from .strategies import flatten, unflatten
+from course_lib.reference.ex06 import in_graph_data_parallel  # noqa: F401  (question ex06_6)
+
 from .tensor import split_ranges
 
 
@@ -59,35 +62,13 @@ def run_graph(comm, nodes: list[Node]) -> dict:
     return {n.name: values[n.name] for n in nodes if n.device == comm.rank}
 
 
-# ------------------------------------------------------------------------------ two graphs
+# ------------------------------------------------------------------------------ a model cut by one client
 def _constant(value):
     return value
 
 
-def _replica_gradient(X_rows, T_rows, batch: int, flat_params, like):
-    """One replica's share of the full-batch gradient (its rows, scaled by rows / B), flattened."""
-    params = unflatten(flat_params, like)
-    return flatten(backward(params, forward(params, X_rows), T_rows)) * (len(X_rows) / batch)
-
-
-def _add(*parts):
-    return np.sum(parts, axis=0)
-
-
 def _add_with_bias(bias, *parts):
     return np.sum(parts, axis=0) + bias
-
-
-def in_graph_data_parallel(params: dict, X, T, p: int) -> list[Node]:
-    """One client's graph of p replicas: the parameters on rank 0 (the ps), replica r on rank r
-    computing the gradient of rows r, their sum on rank 0. Nodes: 1 + p + 1."""
-    like = {k: np.asarray(v) for k, v in params.items()}
-    nodes = [Node("params", 0, partial(_constant, flatten(like)))]
-    for r, rows in enumerate(np.array_split(np.arange(len(X)), p)):
-        nodes.append(Node(f"replica{r}/grad", r, partial(_replica_gradient, X[rows], T[rows], len(X), like=like),
-                          ("params",)))
-    nodes.append(Node("grad", 0, _add, tuple(f"replica{r}/grad" for r in range(p))))
-    return nodes
 
 
 def _column_row_block(W1_cols, b1_cols, W2_rows, X):

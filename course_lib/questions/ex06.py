@@ -1,10 +1,11 @@
-"""Lesson 06, tensor-parallel layers and the pipeline bubble: visible checks.
+"""Lesson 06, tensor-parallel layers, the pipeline bubble and in-graph replication: visible checks.
 
 ex06_1  column_parallel_forward(comm, X, W1_shard, b1_shard, gather)   this worker's hidden units (or all)
 ex06_2  row_parallel_forward(comm, A_shard, W2_shard, b2)              the whole output Y on every worker
 ex06_3  row_parallel_backward(comm, A_shard, W2_shard, dY)             (dW2_shard, db2, dA_shard), no traffic
 ex06_4  predicted_bubble(p, m)                                         idle fraction of the GPipe schedule
 ex06_5  measured_bubble(timeline, p)                                   idle fraction of a run's timeline
+ex06_6  in_graph_data_parallel(params, X, T, p)                        one graph of p replicas, in-graph
 
 Each layer runs in real worker processes (a small Cluster); the expected values of the small
 network below are written out.
@@ -17,7 +18,7 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import as_array, as_number, as_sequence, assert_unchanged, num, readable, worst
+from course_lib.questions import as_array, as_number, as_sequence, assert_unchanged, num, readable, shown, worst
 
 TOL = 1e-10
 CHECK_TIMEOUT = 6.0  # seconds a check's cluster run may take
@@ -254,3 +255,96 @@ def ex06_5(ns):
     f = ns["measured_bubble"]
     check_measured(f, 3, 4, Fraction(1, 3))
     check_measured_real(f, 3, 4, Fraction(1, 3))
+
+
+# ------------------------------------------------------------------------------ ex06_6
+#: A network of 2 inputs, 3 hidden units and 1 output, and a batch of 7 rows: over 3 replicas
+#: the shards have 3, 2 and 2 rows (np.array_split), so the replicas' weights differ.
+G_PARAMS = {"W1": [[0.5, -1.0, 0.25], [0.75, 0.5, -0.5]], "b1": [0.1, 0.0, -0.2],
+            "W2": [[1.0], [-0.5], [0.75]], "b2": [0.25]}
+G_X = [[1.0, 0.0], [0.5, -1.0], [-1.0, 2.0], [0.0, 1.0], [2.0, 0.5], [-0.5, -0.5], [1.5, 1.0]]
+G_T = [[0.5], [-1.0], [1.0], [0.0], [2.0], [-0.5], [1.0]]
+#: The gradient of the mean loss over all 7 rows, flattened as W1, b1, W2, b2 (104 parameter bytes).
+G_GRAD = [0.2100058248753578, -0.0556960874883917, 0.13667827073011576, -0.2864616095663601,
+          0.03815724027140494, -0.16120491214631777, 0.23137121383932985, -0.08932645679657278,
+          0.21267306210020326, -0.1392915184559137, -0.36599415143732394, 0.19534446168477496,
+          0.21084920835365775]
+
+
+def graph_problem(nodes, p: int):
+    """What makes ``nodes`` not a graph :func:`run_graph` can run on p workers, or None."""
+    from course_lib.model_parallel import Node
+
+    if not isinstance(nodes, (list, tuple)) or not all(isinstance(n, Node) for n in nodes):
+        return f"should return a list of Node(name, device, op, inputs), got {shown(nodes)}"
+    seen = set()
+    for n in nodes:
+        if isinstance(n.device, bool) or not isinstance(n.device, (int, np.integer)) or not 0 <= n.device < p:
+            return f"node {n.name!r} is placed on device {shown(n.device)}; with p={p} a device is a rank 0..{p - 1}"
+        if not isinstance(n.inputs, (tuple, list)) or any(name not in seen for name in n.inputs):
+            return (f"node {n.name!r} has inputs {shown(n.inputs)}: inputs must be a tuple of names of nodes "
+                    "that come earlier in the list")
+        if n.name in seen:
+            return f"two nodes are named {n.name!r}"
+        seen.add(n.name)
+    return None if "grad" in seen else "the graph has no node named 'grad'"
+
+
+@harness
+def run_in_graph(fn, params, X, T, p):
+    """Build the graph with ``fn(params, X, T, p)`` (one client), run it with ``run_graph`` on p
+    workers, then run the between-graph step ``data_parallel_step(..., "server")`` on the same cluster.
+
+    Returns a dict: ``problem`` (a malformed graph, else None), ``grad`` (the value of the node
+    "grad"), ``ran`` (per rank, the names of the nodes it computed, read from the run's timeline)
+    and the byte matrices ``bytes`` and ``between`` (what rank i sent to rank j) of the two runs."""
+    from course_lib import Cluster
+    from course_lib.model_parallel import data_parallel_step, run_graph
+
+    params = {k: np.asarray(v, float) for k, v in params.items()}
+    X, T = np.asarray(X, float), np.asarray(T, float)
+    nodes = fn(params, X, T, p)
+    problem = graph_problem(nodes, p)
+    if problem is not None:
+        return {"problem": problem}
+    with Cluster(p, timeout=CHECK_TIMEOUT) as cluster:
+        res = cluster.run(run_graph, list(nodes))
+        between = cluster.run(data_parallel_step, params, X, T, "server")
+    values = {name: v for per_rank in res for name, v in per_rank.items()}
+    ran = [sorted({e.label for e in res.timeline.of(rank=r, kind="compute")}) for r in range(p)]
+    return {"problem": None, "grad": readable(values["grad"]), "ran": ran,
+            "bytes": res.stats.bytes.tolist(), "between": between.stats.bytes.tolist()}
+
+
+def _per_rank_traffic(matrix):
+    """Each rank's (bytes sent, bytes received), sorted: the same whichever rank plays the ps."""
+    m = np.asarray(matrix)
+    return sorted(zip(m.sum(axis=1).tolist(), m.sum(axis=0).tolist()))
+
+
+def check_in_graph(f, p, params, X, T, grad):
+    out = run_in_graph(f, params, X, T, p)
+    assert out["problem"] is None, f"in_graph_data_parallel(params, X, T, p={p}) {out['problem']}."
+    B = len(X)
+    _close(out["grad"], grad, f"with p={p} replicas and B={B} rows, the node 'grad' should hold the gradient of the "
+                              "mean loss over the whole batch, flattened as W1, b1, W2, b2", "grad")
+    idle = [r for r, names in enumerate(out["ran"]) if not names]
+    assert not idle, (
+        f"in-graph replication places each replica on its own worker, so each of the {p} workers computes; "
+        f"with p={p}, rank(s) {idle} ran no node of your graph (ranks that did: "
+        f"{[r for r in range(p) if r not in idle]}).")
+    got, want = int(np.sum(out["bytes"])), int(np.sum(out["between"]))
+    assert got == want, (
+        f"with p={p}, your graph moved {got} bytes; the between-graph step on the same batch "
+        f"(data_parallel_step, mode 'server') moved {want}: only the parameters (out from the ps) and the "
+        "replicas' gradients (back to it) should travel, once per worker.")
+    mine, theirs = _per_rank_traffic(out["bytes"]), _per_rank_traffic(out["between"])
+    assert mine == theirs, (
+        f"with p={p}, the workers' (bytes sent, bytes received) should be {theirs} in some order, as in the "
+        f"between-graph step (one ps, one replica on each worker); your graph's were {mine}.")
+
+
+@question("ex06_6", points=2, title="In-graph replication", names=("in_graph_data_parallel",))
+def ex06_6(ns):
+    """in_graph_data_parallel(params, X, T, p): one graph of p data-parallel replicas and their sum."""
+    check_in_graph(ns["in_graph_data_parallel"], 3, G_PARAMS, G_X, G_T, G_GRAD)

@@ -56,9 +56,11 @@ QUESTIONS = {
     "ex06_3": "row_parallel_backward",
     "ex06_4": "predicted_bubble",
     "ex06_5": "measured_bubble",
+    "ex06_6": "in_graph_data_parallel",
     "ex07_1": "bus_bandwidth",
     "ex07_2": "place_ranks",
     "ex07_3": "ring_allreduce_seconds",
+    "ex07_4": "next_group",
 }
 
 #: question id -> position of the parameter that the library may give as an array, where the

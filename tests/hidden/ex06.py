@@ -1,8 +1,12 @@
-"""Lesson 06: instructor-only checks (more worker counts, uneven shards, offsets, a longer pipeline)."""
+"""Lesson 06: instructor-only checks (more worker counts, uneven shards, offsets, a longer pipeline,
+in-graph replicas on 1, 2 and 4 workers)."""
+import numpy as np
+
 from course_lib.grading import hidden_check
 from course_lib.model_parallel import backward, forward, init_mlp, make_data
 from course_lib.questions.ex06 import (
     check_column_forward,
+    check_in_graph,
     check_measured,
     check_measured_real,
     check_predicted,
@@ -64,3 +68,13 @@ def offsets_and_a_longer_pipeline(ns):
     assert abs(got - want) <= 1e-9, (
         f"on a real 4-stage GPipe run with m=6, measured_bubble gave {got:.6f}; the idle fraction of that run's "
         f"compute events is {want:.6f}.")
+
+
+@hidden_check("ex06_6")
+def other_replica_counts_and_uneven_shards(ns):
+    f = ns["in_graph_data_parallel"]
+    for p, batch, d_hidden in ((2, 5, 4), (4, 10, 6), (1, 3, 2)):     # shards 3+2, 3+3+2+2, one replica
+        params, X, T, cache = network(d_hidden, seed=30 + p, d_in=3, d_out=2, batch=batch)
+        g = backward(params, cache, T)
+        grad = np.concatenate([g[k].ravel() for k in ("W1", "b1", "W2", "b2")])
+        check_in_graph(f, p, params, X, T, grad)

@@ -122,7 +122,7 @@ LESSONS = (
                "runs; TensorFlow's in-graph vs between-graph replication, run as graphs placed on workers")),
     Lesson("07", "beyond_one_machine", 'Beyond one machine: the same code on MPI',
            time='45 / 30 min', package=None,
-           questions=('ex07_1', 'ex07_2', 'ex07_3'),
+           questions=('ex07_1', 'ex07_2', 'ex07_3', 'ex07_4'),
            tests=('test_mpi.py', 'test_lesson07.py', 'test_shm_sync.py', 'test_scheduling.py'),
            summary=(
                'run the same programs on MPI (`mpiexec`) with identical numbers and bytes, allreduce bandwidth '

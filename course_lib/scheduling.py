@@ -75,6 +75,7 @@ class JobRun:
     cpu_wait: np.ndarray               # [r, k]
     messages: np.ndarray               # [src, dst]: messages the job's workers sent each other
     results: list = field(default_factory=list, repr=False)
+    reported: float = float("nan")     # when the parent got the results (a gang scheduler then skips the job)
 
     @property
     def step_ends(self) -> np.ndarray:
@@ -195,18 +196,30 @@ class GangScheduler:
     """Run one group of processes at a time, in turn, for ``slice_s`` seconds each: the others
     are paused with SIGSTOP and resumed with SIGCONT (Ousterhout's co-scheduling, 1982).
 
-    ``slices`` records (group, start, end) on the ``time.perf_counter`` clock. A group whose
-    job has finished is skipped. Use as a context manager: on exit every process is resumed."""
+    ``rule(current, finished, n_groups)`` names the group of the next slice (None: every job is
+    over); by default round robin over the groups whose job is not finished
+    (:func:`course_lib.reference.ex07.next_group`, question ex07_4), so a finished job's slices
+    go to the others. ``slices`` records (group, start, end) on the ``time.perf_counter`` clock,
+    ``finished_at`` when each group's job was reported over. Use as a context manager: on exit
+    every process is resumed (and an error of the rule is raised there)."""
 
-    def __init__(self, groups: list[list[int]], slice_s: float = 0.02):
+    def __init__(self, groups: list[list[int]], slice_s: float = 0.02, rule=None):
+        from .reference.ex07 import next_group  # question ex07_4
+
         self.groups = [list(g) for g in groups]
         self.slice_s = slice_s
-        self.finished: set[int] = set()
+        self.rule = rule if rule is not None else next_group
+        self.finished_at: dict[int, float] = {}
         self.slices: list[tuple[int, float, float]] = []
         self.running: int | None = None          # the group resumed at the last switch
         self.switches = 0
+        self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    @property
+    def finished(self) -> frozenset[int]:
+        return frozenset(self.finished_at)
 
     def _signal(self, group: int, sig) -> None:
         for pid in self.groups[group]:
@@ -215,29 +228,40 @@ class GangScheduler:
             except ProcessLookupError:
                 pass
 
+    def _next(self, current: int | None) -> int | None:
+        group = self.rule(current, self.finished, len(self.groups))
+        if group is not None and (isinstance(group, bool) or group not in range(len(self.groups))):
+            raise ValueError(f"the scheduling rule chose group {group!r}; there are {len(self.groups)} groups")
+        return group
+
     def _loop(self) -> None:
         """Switch groups every ``slice_s``. A slice is timed from the moment the other groups
         have been sent SIGSTOP to the moment its own group is (so slices tile the run, and a
-        step that ends in a slice ended while its group had the cores)."""
-        turn, current, since = 0, None, 0.0
-        while True:
-            live = [g for g in range(len(self.groups)) if g not in self.finished]
-            if self._stop.is_set() or not live:
-                break
-            group = live[turn % len(live)]
-            turn += 1
-            for other in live:
-                if other != group:
-                    self._signal(other, signal.SIGSTOP)
-            now = time.perf_counter()
-            if current is not None:
-                self.slices.append((current, since, now))
-            self._signal(group, signal.SIGCONT)
-            current, since = group, now
-            self.running, self.switches = group, self.switches + 1
-            self._stop.wait(self.slice_s)
+        step that ends in a slice ended while its group had the cores). When the rule names no
+        group, or fails, every group is resumed so that the jobs can end; an error is kept for
+        :meth:`stop`."""
+        current, since = None, 0.0
+        try:
+            while not self._stop.is_set():
+                group = self._next(current)
+                if group is None:
+                    break
+                for other in range(len(self.groups)):
+                    if other != group and other not in self.finished_at:
+                        self._signal(other, signal.SIGSTOP)
+                now = time.perf_counter()
+                if current is not None:
+                    self.slices.append((current, since, now))
+                self._signal(group, signal.SIGCONT)
+                current, since = group, now
+                self.running, self.switches = group, self.switches + 1
+                self._stop.wait(self.slice_s)
+        except BaseException as exc:    # noqa: BLE001  (re-raised by stop())
+            self.error = exc
         if current is not None:
             self.slices.append((current, since, time.perf_counter()))
+        for g in range(len(self.groups)):   # no slice left to give: no process stays paused
+            self._signal(g, signal.SIGCONT)
 
     def start(self) -> None:
         for g in range(1, len(self.groups)):       # only group 0 may run before the first slice
@@ -245,14 +269,16 @@ class GangScheduler:
         self._thread.start()
 
     def finish(self, group: int) -> None:
-        """Group ``group``'s job is over: give its slices to the others."""
-        self.finished.add(group)
+        """Group ``group``'s job is over: from the next switch on, the rule gives its slices to the others."""
+        self.finished_at.setdefault(group, time.perf_counter())
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
         for g in range(len(self.groups)):
             self._signal(g, signal.SIGCONT)
+        if self.error is not None:
+            raise self.error
 
     def __enter__(self):
         self.start()
@@ -263,14 +289,14 @@ class GangScheduler:
 
 
 # -- running jobs side by side -----------------------------------------------------------------------
-def _job_run(name: str, spec: JobSpec, launched: float, res) -> JobRun:
+def _job_run(name: str, spec: JobSpec, launched: float, res, reported: float) -> JobRun:
     rows = list(res)
     return JobRun(name, spec, launched,
                   begin=np.array([r["begin"] for r in rows]),
                   arrive=np.array([r["arrive"] for r in rows]),
                   done=np.array([r["done"] for r in rows]),
                   cpu_wait=np.array([r["cpu_wait"] for r in rows]),
-                  messages=np.asarray(res.stats.messages), results=rows)
+                  messages=np.asarray(res.stats.messages), results=rows, reported=reported)
 
 
 def pin_ranks(pids: list[int]) -> None:
@@ -282,21 +308,24 @@ def pin_ranks(pids: list[int]) -> None:
         os.sched_setaffinity(pid, {cores[rank % len(cores)]})
 
 
-def run_jobs(specs: dict[str, JobSpec], policy: str, workers: int = 2,
-             slice_s: float = 0.02, pin: bool = True) -> tuple[dict[str, JobRun], list]:
+def run_jobs(specs: dict[str, JobSpec], policy: str, workers: int = 2, slice_s: float = 0.02,
+             pin: bool = True, rule=None, timeout: float | None = None) -> tuple[dict[str, JobRun], list]:
     """Run the jobs ``specs`` (name -> spec), each on its own Cluster of ``workers`` processes.
 
     ``policy``: "alone" runs them one after the other (each has the machine to itself);
     "uncoordinated" runs them at once and lets the OS interleave every process; "gang" runs
     them at once under a :class:`GangScheduler` with ``slice_s`` time slices. Returns the
     jobs' records and the gang scheduler's slices (empty unless "gang"). With ``pin`` (Linux),
-    rank r of every job is bound to core r mod cores (:func:`pin_ranks`)."""
+    rank r of every job is bound to core r mod cores (:func:`pin_ranks`). ``rule``: the gang
+    scheduler's choice of the next group (see :class:`GangScheduler`); ``timeout``: seconds a
+    job may take (None: the runtime's default)."""
     from .runtime import Cluster
 
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     names = list(specs)
-    clusters = [Cluster(workers) for _ in names]
+    knobs = {} if timeout is None else {"timeout": timeout}
+    clusters = [Cluster(workers, **knobs) for _ in names]
     try:
         if pin and hasattr(os, "sched_setaffinity"):
             for cluster in clusters:
@@ -305,17 +334,19 @@ def run_jobs(specs: dict[str, JobSpec], policy: str, workers: int = 2,
             out = {}
             for name, cluster in zip(names, clusters):
                 launched = time.perf_counter()
-                out[name] = _job_run(name, specs[name], launched, cluster.run(sync_job, specs[name]))
+                res = cluster.run(sync_job, specs[name])
+                out[name] = _job_run(name, specs[name], launched, res, time.perf_counter())
             return out, []
-        return _run_together(names, specs, clusters, policy, slice_s)
+        return _run_together(names, specs, clusters, policy, slice_s, rule)
     finally:
         for cluster in clusters:
             cluster.close()
 
 
-def _run_together(names, specs, clusters, policy, slice_s):
-    gang = GangScheduler([c.pids for c in clusters], slice_s) if policy == "gang" else None
+def _run_together(names, specs, clusters, policy, slice_s, rule=None):
+    gang = GangScheduler([c.pids for c in clusters], slice_s, rule) if policy == "gang" else None
     results: dict[str, object] = {}
+    reported: dict[str, float] = {}
     errors: list[BaseException] = []
 
     def run(i: int, name: str) -> None:
@@ -324,6 +355,7 @@ def _run_together(names, specs, clusters, policy, slice_s):
         except BaseException as exc:      # re-raised in the caller's thread
             errors.append(exc)
         finally:
+            reported[name] = time.perf_counter()
             if gang is not None:
                 gang.finish(i)
 
@@ -341,5 +373,5 @@ def _run_together(names, specs, clusters, policy, slice_s):
             gang.stop()
     if errors:
         raise errors[0]
-    runs = {name: _job_run(name, specs[name], launched, results[name]) for name in names}
+    runs = {name: _job_run(name, specs[name], launched, results[name], reported[name]) for name in names}
     return runs, (gang.slices if gang is not None else [])

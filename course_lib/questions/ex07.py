@@ -3,10 +3,12 @@
 ex07_1  bus_bandwidth(nbytes, seconds, p)                        algorithm and bus bandwidth of an allreduce
 ex07_2  place_ranks(hosts, n)                                    (host, local rank) of each rank under mpiexec
 ex07_3  ring_allreduce_seconds(nbytes, p, latency_s, line_rate_gbit)  ring allreduce time on a real link
+ex07_4  next_group(current, finished, n_groups)                  the group of the gang scheduler's next slice
 """
 import numpy as np
 
 from course_lib.grading import question
+from course_lib.grading.student import harness
 from course_lib.questions import as_int, as_number, as_sequence, call_keeping_inputs, num, shown
 
 
@@ -95,3 +97,104 @@ def ex07_3(ns):
     assert_ring_seconds(fn, 100e6, 8, 25e-6, 100, 0.01435)
     # 2 ranks: two messages, each rank sends n bytes in all
     assert_ring_seconds(fn, 1e6, 2, 1e-6, 8, 0.001002)
+
+
+# ------------------------------------------------------------------------------ ex07_4
+CHECK_TIMEOUT = 6.0  # seconds a job of the gang-scheduled run may take (they take well under one)
+
+
+def _round_robin(current, finished, n_groups):
+    """The rule the question asks for, to name the expected group in a failure message."""
+    start = 0 if current is None else current + 1
+    return next(((start + k) % n_groups for k in range(n_groups) if (start + k) % n_groups not in finished), None)
+
+
+def assert_next_groups(fn, n_groups, cases):
+    """``fn(current, finished, n_groups)`` must follow round robin over the unfinished groups on
+    every ``(current, finished)`` of ``cases``."""
+    for current, finished in cases:
+        got = call_keeping_inputs(fn, (current, set(finished), n_groups), ("current", "finished", "n_groups"))
+        want = _round_robin(current, set(finished), n_groups)
+        if got is not None:
+            got = as_int(got, "next_group's result (a group number or None)")
+        state = (f"with {n_groups} groups, group {current} running" if current is not None
+                 else f"at the start, with {n_groups} groups")
+        done = f", groups {sorted(finished)} finished" if finished else ", no job finished"
+        if want is None:
+            assert got is None, f"{state}{done}: every job is over, so there is no next group (None); got {shown(got)}."
+            continue
+        hint = ""
+        if got is not None and got in finished:
+            hint = " That group's job is finished: its slices go to the others."
+        elif got is None:
+            hint = " Some job is not finished yet, so the scheduler must keep going."
+        elif current is not None and got == current and want != current:
+            hint = " Another job is waiting: the running group must give way at the end of its slice."
+        assert got == want, (f"{state}{done}: the next slice goes to group {want} (round robin from the running "
+                             f"group over the jobs not finished), got {shown(got)}.{hint}")
+
+
+def every_state(n_groups):
+    """Every (current, finished) pair on ``n_groups`` groups: each running group (or None) with
+    each set of finished groups."""
+    subsets = [{g for g in range(n_groups) if mask >> g & 1} for mask in range(2 ** n_groups)]
+    return [(current, finished) for current in [None, *range(n_groups)] for finished in subsets]
+
+
+@harness
+def run_gang(fn, steps, slice_s):
+    """Run one job of two workers per entry of ``steps`` (its number of steps, about 1 ms of compute
+    each, blocking waits) side by side under a GangScheduler whose rule is ``fn``.
+
+    Returns the slices [(group, start, end)], when each job's results reached the scheduler,
+    each job's step ends (seconds, on the same clock), or {"error": ...} if a job did not finish."""
+    from course_lib.runtime import WorkerTimeout
+    from course_lib.scheduling import JobSpec, calibrate_work, run_jobs
+
+    work = calibrate_work(1e-3)
+    specs = {f"job {g}": JobSpec(steps=s, work=work, wait="block") for g, s in enumerate(steps)}
+    try:
+        runs, slices = run_jobs(specs, "gang", slice_s=slice_s, rule=fn, timeout=CHECK_TIMEOUT)
+    except WorkerTimeout as exc:
+        return {"error": f"a job did not finish within {CHECK_TIMEOUT} s ({exc})"}
+    jobs = list(runs.values())
+    return {"slices": [[int(g), float(a), float(b)] for g, a, b in slices],
+            "reported": [job.reported for job in jobs],
+            "step_ends": [job.step_ends.tolist() for job in jobs],
+            "in_own_slices": [job.in_slices(slices, g) for g, job in enumerate(jobs)]}
+
+
+def assert_gang_run(fn, steps, slice_s):
+    """Under the student's rule, real jobs run one at a time and a finished job gets no more slices.
+
+    Load-independent: a stopped process cannot run however busy the machine is, and which group
+    each slice went to is the scheduler's own record."""
+    out = run_gang(fn, steps, slice_s)
+    assert "error" not in out, (f"{len(steps)} jobs of {list(steps)} steps, gang-scheduled with your rule: "
+                                f"{out.get('error')}. Some job was never resumed.")
+    slices, reported = out["slices"], out["reported"]
+    for g in range(len(steps)):
+        late = [round((a - reported[g]) * 1e3, 1) for group, a, _ in slices
+                if group == g and a > reported[g] + slice_s]
+        assert not late, (f"job {g} ({steps[g]} steps) was over, yet your rule gave it slices starting "
+                          f"{late} ms after: those slices paused the jobs still running for nothing.")
+    for g, share in enumerate(out["in_own_slices"]):
+        # SIGSTOP stops a process whatever the load: a step ends in another job's slice only in the
+        # 2 ms after a switch, so most steps end in their own job's slices
+        assert share >= 0.75, (f"only {share:.0%} of job {g}'s steps ended inside its own slices: two jobs "
+                               "ran at the same time.")
+    last = max(max(ends) for ends in out["step_ends"])
+    assert max(b for _, _, b in slices) >= last - 2e-3, "the scheduler stopped before the last job was over."
+
+
+@question("ex07_4", points=2, title="The gang scheduler's next slice", names=("next_group",))
+def ex07_4(ns):
+    """Write ``next_group(current, finished, n_groups)``: the group that runs in the next time
+    slice, round robin from ``current`` (None at the start) over the groups whose job is not in
+    ``finished``; None when every job is finished. Then a real GangScheduler uses it to pause
+    and resume two jobs' worker processes with SIGSTOP and SIGCONT."""
+    fn = ns["next_group"]
+    assert_next_groups(fn, 2, [(None, set()), (0, set()), (1, set()), (0, {0}), (1, {0}), (0, {1}), (1, {0, 1})])
+    assert_next_groups(fn, 4, [(None, set()), (3, set()), (1, {2}), (2, {3, 0}), (3, {0, 1, 2}), (None, {0, 1})])
+    # two real jobs, the first much shorter: after it is over the second gets every slice
+    assert_gang_run(fn, (5, 30), 0.01)

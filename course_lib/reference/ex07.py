@@ -3,6 +3,7 @@
 ex07_1  bus_bandwidth(nbytes, seconds, p)                            algbw and NCCL-tests' busbw of an allreduce
 ex07_2  place_ranks(hosts, n)                                        (host, local rank) of each rank under mpiexec
 ex07_3  ring_allreduce_seconds(nbytes, p, latency_s, line_rate_gbit)  ring allreduce time on a link from its data sheet
+ex07_4  next_group(current, finished, n_groups)                      the group of the gang scheduler's next slice
 """
 from __future__ import annotations
 
@@ -40,3 +41,18 @@ def ring_allreduce_seconds(nbytes, p, latency_s, line_rate_gbit):
     latency and beta = 8 / (line rate in bit/s): data sheets give network rates in Gb/s, bits."""
     beta = 8.0 / (line_rate_gbit * 1e9)
     return 2 * (p - 1) * latency_s + 2 * (p - 1) / p * nbytes * beta
+
+
+def next_group(current, finished, n_groups):
+    """The group a gang scheduler runs in the next time slice (Ousterhout 1982), or None.
+
+    Round robin over the groups whose job is not finished: the first of current+1, current+2, ...
+    (mod n_groups, ending with ``current`` itself) not in ``finished``; from the start
+    (``current`` None), the first of 0, 1, ... A finished job's slices thus go to the others,
+    and a job that is alone left keeps the machine. None when every job is finished."""
+    start = 0 if current is None else current + 1
+    for k in range(n_groups):
+        group = (start + k) % n_groups
+        if group not in finished:
+            return group
+    return None

@@ -3,7 +3,14 @@ import numpy as np
 
 from course_lib import hardware
 from course_lib.grading import hidden_check
-from course_lib.questions.ex07 import assert_bus_bandwidth, assert_placement, assert_ring_seconds
+from course_lib.questions.ex07 import (
+    assert_bus_bandwidth,
+    assert_gang_run,
+    assert_next_groups,
+    assert_placement,
+    assert_ring_seconds,
+    every_state,
+)
 from course_lib.reference.ex07 import place_ranks, ring_allreduce_seconds
 
 
@@ -33,3 +40,12 @@ def every_link_of_the_table(ns):
             assert_ring_seconds(fn, nbytes, p, link.latency_s, rate_gbit,
                                 ring_allreduce_seconds(nbytes, p, link.latency_s, rate_gbit))
     assert_ring_seconds(fn, 1e6, 1, 1e-6, 10, 0.0)                  # one rank: nothing to do
+
+
+@hidden_check("ex07_4")
+def every_state_and_three_real_jobs(ns):
+    fn = ns["next_group"]
+    for n_groups in range(1, 6):
+        assert_next_groups(fn, n_groups, every_state(n_groups))
+    # three real jobs finishing at different times: each one's slices go to those still running
+    assert_gang_run(fn, (3, 12, 30), 0.008)

@@ -90,17 +90,29 @@ def test_the_text_claims_nothing_about_mpich_that_this_run_must_show(run):
 
 
 def test_memcpy_beats_every_allreduce_from_1_mb_up(run):
-    """Below 1 MB the data sit in the caches and two ranks, each reducing half, can come close
-    to (and on one CI run beat, 20.6 against 23.6 us at 64 KB) a one-core memcpy: the text
-    claims the ceiling only from 1 MB up, where every engine was 4x or more above it."""
+    """The plot calls memcpy the ceiling and the text claims it "from 1 MB up ... by a wide
+    margin". Once a 64 KB memcpy was beaten (20.6 against 23.6 us): its two buffers sat 16 bytes
+    apart modulo 4096 and the copy ran at 3 GB/s instead of 33 (4K aliasing). Measured between
+    unaliased buffers, memcpy stays above every engine at every size."""
     table, _, text, _ = run
     assert "from 1 MB up memcpy beats every allreduce" in text
     for i, size in enumerate(SIZES):
-        if size < MB:
-            continue
         for key in table:
             if isinstance(key, tuple):
-                assert table[key][i]["best"] > table["memcpy"][i]["best"], (key, size)
+                margin = 2 if size >= MB else 1
+                assert table[key][i]["best"] > margin * table["memcpy"][i]["best"], (key, size)
+
+
+def test_the_memcpy_ceiling_is_measured_between_unaliased_buffers():
+    """Source and destination 2048 bytes apart modulo a 4 KB page, whatever the size."""
+    from course_lib.allreduce_bench import unaliased_pair
+
+    for nbytes in (4 * 2 ** 10, 64 * 2 ** 10, MB, 3 * MB + 4):
+        src, dst = unaliased_pair(nbytes)
+        assert src.nbytes == dst.nbytes == nbytes // 4 * 4
+        assert (dst.ctypes.data - src.ctypes.data) % 4096 == 2048
+        np.copyto(dst, src)
+        assert np.array_equal(dst, src)
 
 
 def test_the_printed_sizes_where_the_ring_is_slowest_are_the_tables(run):

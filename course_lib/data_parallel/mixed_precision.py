@@ -1,0 +1,253 @@
+"""Mixed-precision training with dynamic loss scaling (Micikevicius et al., "Mixed Precision
+Training", ICLR 2018), data parallel on real worker processes.
+
+Each step, on every worker:
+
+1. cast the fp32 master weights to fp16 (2 bytes per parameter);
+2. forward and backward in fp16: every product is accumulated in fp32 and rounded to fp16
+   when stored, as tensor cores do; the backward starts from ``S * dL/dY``, so every fp16
+   gradient is ``S`` times the true one and small values stay above fp16's smallest
+   subnormal ``2**-24 ~ 6e-8`` instead of rounding to zero;
+3. allreduce the fp16 gradients (half the bytes of fp32);
+4. unscale in fp32 (``g = g16 / S``); if any entry is inf or nan, skip the update (all ranks
+   see the same reduced gradient, so all skip together); otherwise Adam updates the fp32
+   master copy;
+5. update ``S`` by :func:`update_scale`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from course_lib.data_parallel.model import Adam, flatten_layers, unflatten_layers
+
+HALF = np.float16
+FP16_SMALLEST_SUBNORMAL = float(np.finfo(HALF).smallest_subnormal)  # 2**-24
+FP16_MAX = float(np.finfo(HALF).max)                                 # 65504
+
+
+# ----------------------------------------------------------------------------- the scaling rule
+@dataclass(frozen=True)
+class ScaleUpdate:
+    """What one step does to the loss scale."""
+    scale: float
+    clean_steps: int
+    skip_step: bool
+
+
+def update_scale(scale: float, clean_steps: int, found_overflow: bool, growth_interval: int,
+                 growth_factor: float = 2.0, backoff_factor: float = 0.5) -> ScaleUpdate:
+    """Dynamic loss scaling (Micikevicius et al. 2018, section 3.2; PyTorch's GradScaler).
+
+    On overflow: ``S <- backoff_factor * S``, skip this step's update, clean count back to 0.
+    Otherwise: count the clean step; after ``growth_interval`` clean steps in a row,
+    ``S <- growth_factor * S`` and the count starts again from 0."""
+    if found_overflow:
+        return ScaleUpdate(scale * backoff_factor, 0, True)
+    clean_steps += 1
+    if clean_steps >= growth_interval:
+        return ScaleUpdate(scale * growth_factor, 0, False)
+    return ScaleUpdate(scale, clean_steps, False)
+
+
+@dataclass
+class DynamicLossScaler:
+    """The loss scale and its clean-step count; PyTorch's defaults (init 2**16, growth 2,
+    backoff 0.5, interval 2000). Lessons use a shorter interval so a short run shows growth."""
+    scale: float = 2.0 ** 16
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+    clean_steps: int = 0
+
+    def update(self, found_overflow: bool) -> bool:
+        """Apply :func:`update_scale`; return True when this step's update must be skipped."""
+        new = update_scale(self.scale, self.clean_steps, found_overflow, self.growth_interval,
+                           self.growth_factor, self.backoff_factor)
+        self.scale, self.clean_steps = new.scale, new.clean_steps
+        return new.skip_step
+
+
+# ----------------------------------------------------------------------------- fp16 forward/backward
+def half_forward(layers16, X16) -> list[np.ndarray]:
+    """Forward in fp16; returns the cache the backward needs: ``[X, a_1, ..., a_L]``.
+
+    ``a_i = tanh(a_{i-1} W_i + b_i)`` (no tanh on the last layer), each product accumulated
+    in fp32 and stored in fp16. Only the layer outputs are kept: tanh' = 1 - tanh^2 is
+    computed from the output, so the pre-activations are not needed."""
+    acts = [np.asarray(X16, dtype=HALF)]
+    last = len(layers16) - 1
+    for i, (W, b) in enumerate(layers16):
+        h = acts[-1].astype(np.float32) @ W.astype(np.float32) + b.astype(np.float32)
+        acts.append((h if i == last else np.tanh(h)).astype(HALF))
+    return acts
+
+
+def half_backward(layers16, acts, T, scale: float, batch_total: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """fp16 gradients ``[(dW, db), ...]`` of ``S * L``, L = 1/(2B) sum (Y - T)^2, B = ``batch_total``.
+
+    Starts from ``dY = S (Y - T) / B`` rounded to fp16; each layer:
+    ``dh = dY * (1 - a^2)``, ``dW = a_in^T dh``, ``db = sum_rows dh``, ``d_in = dh W^T``,
+    computed in fp32 and stored in fp16 (where small values flush to zero)."""
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is what the scaler looks for
+        return _half_backward(layers16, acts, T, scale, batch_total)
+
+
+def _half_backward(layers16, acts, T, scale, batch_total):
+    Y = acts[-1].astype(np.float32)
+    d = (np.float32(scale) * (Y - np.asarray(T, np.float32)) / np.float32(batch_total)).astype(HALF)
+    grads = [None] * len(layers16)
+    for i in range(len(layers16) - 1, -1, -1):
+        W = layers16[i][0].astype(np.float32)
+        d32, a_out = d.astype(np.float32), acts[i + 1].astype(np.float32)
+        dh = (d32 if i == len(layers16) - 1 else d32 * (1 - a_out * a_out)).astype(HALF).astype(np.float32)
+        a_in = acts[i].astype(np.float32)
+        grads[i] = ((a_in.T @ dh).astype(HALF), dh.sum(0).astype(HALF))
+        d = (dh @ W.T).astype(HALF)
+    return grads
+
+
+def half_loss(acts, T, batch_total: int) -> float:
+    """``1/(2B) sum (Y - T)^2`` of the fp16 output, summed in fp32."""
+    r = acts[-1].astype(np.float32) - np.asarray(T, np.float32)
+    return float(0.5 * np.sum(r * r) / batch_total)
+
+
+# ----------------------------------------------------------------------------- one worker's state
+@dataclass
+class MixedPrecisionState:
+    """What one data-parallel worker holds between steps: fp32 master weights, Adam's m and v
+    (12 bytes per parameter), the fp16 working copy and the fp16 gradients (2 + 2)."""
+    master: np.ndarray
+    like: list = field(repr=False)
+    adam: Adam
+    params16: np.ndarray = field(default=None, repr=False)
+    grads16: np.ndarray = field(default=None, repr=False)
+
+    @classmethod
+    def from_layers(cls, layers, lr: float) -> MixedPrecisionState:
+        master = flatten_layers(layers, dtype=np.float32)
+        return cls(master=master, like=layers, adam=Adam(lr=lr).init(master.size),
+                   params16=master.astype(HALF), grads16=np.zeros(master.size, HALF))
+
+    def forward_backward(self, X, T, scale: float, batch_total: int) -> tuple[float, list]:
+        """Cast master -> fp16 (in place), fp16 forward/backward into ``grads16``; returns
+        (this shard's loss, the forward cache)."""
+        self.params16[:] = self.master
+        layers16 = unflatten_layers(self.params16, self.like)
+        acts = half_forward(layers16, np.asarray(X).astype(HALF))
+        self.grads16[:] = flatten_layers(half_backward(layers16, acts, T, scale, batch_total))
+        return half_loss(acts, T, batch_total), acts
+
+    def apply(self, reduced16: np.ndarray, scale: float) -> bool:
+        """Unscale the reduced fp16 gradient in fp32; step Adam unless it holds inf/nan.
+        Returns whether an overflow was found (then nothing was updated)."""
+        with np.errstate(invalid="ignore"):
+            g = reduced16.astype(np.float32) / np.float32(scale)
+        if not np.all(np.isfinite(g)):
+            return True
+        self.adam.step(self.master, g)
+        return False
+
+
+# ----------------------------------------------------------------------------- data-parallel runs
+@dataclass
+class StepRecord:
+    """One rank's view of one step."""
+    loss: float            # this shard's part of the full-batch loss (they add up)
+    scale: float           # the loss scale this step used
+    skipped: bool          # overflow found: no update
+    zero_fraction: float   # fraction of this rank's gradient entries that are exactly 0
+    allreduce_bytes: int   # bytes this rank sent in the gradient allreduce
+
+
+@dataclass
+class TrainingRun:
+    """A data-parallel run, steps combined over ranks."""
+    label: str
+    losses: np.ndarray          # full-batch loss before each step's update
+    scales: np.ndarray
+    skipped: np.ndarray         # bool per step
+    zero_fraction: np.ndarray   # mean over ranks, per step
+    allreduce_bytes: np.ndarray  # summed over ranks, per step
+    total_bytes: int            # the cluster's Stats for the whole run
+    n_params: int
+    master: np.ndarray = field(repr=False)  # final fp32 weights (rank 0; all ranks agree)
+
+    @classmethod
+    def combine(cls, label: str, per_rank: list, total_bytes: int) -> TrainingRun:
+        records = [r[0] for r in per_rank]
+        col = lambda name: np.array([[getattr(s, name) for s in rank] for rank in records])  # noqa: E731
+        master = per_rank[0][1]
+        return cls(label, col("loss").sum(0), col("scale")[0], col("skipped")[0],
+                   col("zero_fraction").mean(0), col("allreduce_bytes").sum(0), int(total_bytes),
+                   int(master.size), master)
+
+
+def _fp32_step(state: MixedPrecisionState, X, T, batch_total: int) -> float:
+    """The fp32 baseline step: forward/backward in fp32 into a float32 gradient (``grads16``
+    then holds fp32; no scaling)."""
+    from course_lib.model_parallel.mlp import deep_forward_backward
+    layers32 = unflatten_layers(state.master, state.like)
+    loss, grads = deep_forward_backward(layers32, X.astype(np.float32), T.astype(np.float32), batch_total)
+    state.grads16 = flatten_layers(grads, dtype=np.float32)
+    return loss
+
+
+def data_parallel_worker(comm, layers, X, T, steps: int, lr: float, precision: str = "fp16",
+                         scaler: DynamicLossScaler | None = None):
+    """Run on every rank: train on shard ``rank`` of (X, T) for ``steps`` steps.
+
+    ``precision="fp16"``: the mixed-precision step of this module (scale 1 if ``scaler`` is None);
+    ``"fp32"``: fp32 forward/backward and an fp32 allreduce. Returns (records, final master)."""
+    shard = np.array_split(np.arange(len(X)), comm.size)[comm.rank]
+    Xs, Ts = X[shard], T[shard]
+    state = MixedPrecisionState.from_layers(layers, lr)
+    records = []
+    for _ in range(steps):
+        scale = 1.0 if scaler is None or precision == "fp32" else scaler.scale
+        with comm.compute(f"{precision} forward/backward"):
+            if precision == "fp16":
+                loss, _ = state.forward_backward(Xs, Ts, scale, len(X))
+            else:
+                loss = _fp32_step(state, Xs, Ts, len(X))
+        zeros = float(np.mean(state.grads16 == 0))
+        before = comm.stats.bytes_sent(comm.rank)
+        with np.errstate(over="ignore", invalid="ignore"):  # fp16 sums may overflow: then skip
+            reduced = comm.allreduce(state.grads16)
+        sent = comm.stats.bytes_sent(comm.rank) - before
+        overflow = state.apply(reduced, scale)
+        skipped = scaler.update(overflow) if scaler is not None and precision == "fp16" else overflow
+        records.append(StepRecord(loss, scale, bool(skipped), zeros, int(sent)))
+    return records, state.master
+
+
+def train_data_parallel(cluster, layers, X, T, steps: int, lr: float = 1e-3, precision: str = "fp16",
+                        scaler: DynamicLossScaler | None = None, label: str = "") -> TrainingRun:
+    """:func:`data_parallel_worker` on every worker of ``cluster``; steps combined over ranks."""
+    res = cluster.run(data_parallel_worker, layers, X, T, steps, lr, precision, scaler)
+    return TrainingRun.combine(label or precision, list(res), res.stats.total_bytes)
+
+
+def train_fp32_serial(layers, X, T, steps: int, lr: float = 1e-3) -> np.ndarray:
+    """The single-process baseline: full-batch fp32 gradients, Adam. Returns the loss per step."""
+    state = MixedPrecisionState.from_layers(layers, lr)
+    losses = []
+    for _ in range(steps):
+        losses.append(_fp32_step(state, X, T, len(X)))
+        state.apply(state.grads16, 1.0)
+    return np.array(losses)
+
+
+def small_target_problem(batch: int, widths, target_scale: float, seed: int = 0):
+    """``(layers, X, T)``: lesson 06's regression with targets ``target_scale`` times smaller
+    (a quantity measured in large units) and the output layer initialised at that scale, as
+    one initialises a net to the scale of its outputs. Loss and gradients are then tiny from
+    the first step: what fp16 without loss scaling cannot represent."""
+    from course_lib.model_parallel.mlp import init_deep, make_data
+    X, T = make_data(batch, widths[0], widths[-1], seed=seed + 1)
+    layers = init_deep(widths, seed=seed)
+    W, b = layers[-1]
+    layers[-1] = (W * target_scale, b * target_scale)
+    return layers, X, T * target_scale

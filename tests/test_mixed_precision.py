@@ -1,0 +1,98 @@
+"""Lesson 08's mixed precision: the loss-scaling rule, and fp16 data-parallel training on real
+workers against an fp32 single process, fp16's smallest subnormal and the allreduce's bytes."""
+import numpy as np
+import pytest
+
+import course_lib as cl
+from course_lib.data_parallel import mixed_precision as mpx
+from course_lib.model_parallel.mlp import deep_forward_backward
+
+STEPS, LR, TARGET_SCALE = 120, 1e-3, 1e-3
+
+
+def test_update_scale_halves_and_skips_on_overflow_and_doubles_after_n_clean_steps():
+    assert mpx.update_scale(1024.0, 2, True, 3) == mpx.ScaleUpdate(512.0, 0, True)
+    assert mpx.update_scale(1024.0, 0, False, 3) == mpx.ScaleUpdate(1024.0, 1, False)
+    assert mpx.update_scale(1024.0, 1, False, 3) == mpx.ScaleUpdate(1024.0, 2, False)
+    assert mpx.update_scale(1024.0, 2, False, 3) == mpx.ScaleUpdate(2048.0, 0, False)
+
+
+def test_scaler_follows_the_rule_over_a_sequence_with_pytorch_defaults():
+    s = mpx.DynamicLossScaler(growth_interval=2)
+    assert mpx.DynamicLossScaler().scale == 2.0 ** 16 and mpx.DynamicLossScaler().growth_interval == 2000
+    seen = []
+    for overflow in [False, False, False, True, False, True, False, False]:
+        seen.append((s.update(overflow), s.scale, s.clean_steps))
+    S = 2.0 ** 16
+    assert seen == [(False, S, 1), (False, 2 * S, 0), (False, 2 * S, 1), (True, S, 0),
+                    (False, S, 1), (True, S / 2, 0), (False, S / 2, 1), (False, S, 0)]
+
+
+def test_an_overflowing_gradient_leaves_the_weights_and_adam_untouched():
+    layers, _, _ = mpx.small_target_problem(8, [4, 5, 1], TARGET_SCALE)
+    state = mpx.MixedPrecisionState.from_layers(layers, lr=1e-2)
+    before = state.master.copy()
+    g = np.ones(state.master.size, np.float16)
+    g[3] = np.inf
+    assert state.apply(g, 2.0) is True
+    assert np.array_equal(state.master, before) and state.adam.t == 0
+    assert state.apply(np.ones_like(g), 2.0) is False and state.adam.t == 1
+
+
+@pytest.fixture(scope="module")
+def runs():
+    layers, X, T = mpx.small_target_problem(128, [16, 16, 16, 1], TARGET_SCALE)
+    with cl.Cluster(2) as cluster:
+        out = {
+            "none": mpx.train_data_parallel(cluster, layers, X, T, STEPS, LR, label="none"),
+            "dynamic": mpx.train_data_parallel(cluster, layers, X, T, STEPS, LR,
+                                               scaler=mpx.DynamicLossScaler(growth_interval=5)),
+            "fp32": mpx.train_data_parallel(cluster, layers, X, T, STEPS, LR, precision="fp32"),
+        }
+    out["serial"] = mpx.train_fp32_serial(layers, X, T, STEPS, LR)
+    out["problem"] = (layers, X, T)
+    return out
+
+
+def test_fp16_with_dynamic_scaling_trains_like_fp32_in_one_process(runs):
+    dyn, serial = runs["dynamic"].losses, runs["serial"]
+    assert serial[-1] < 0.3 * serial[0]
+    np.testing.assert_allclose(dyn, serial, rtol=0.05)
+    np.testing.assert_allclose(runs["fp32"].losses, serial, rtol=1e-4)  # fp32 data parallel = one process
+
+
+def test_the_scaler_grew_until_overflow_then_skipped_and_halved(runs):
+    dyn = runs["dynamic"]
+    assert dyn.scales[0] == 2.0 ** 16 and dyn.scales.max() > 2.0 ** 20
+    skips = np.flatnonzero(dyn.skipped)
+    assert len(skips) >= 1
+    for k in skips[skips < STEPS - 1]:
+        assert dyn.scales[k + 1] == dyn.scales[k] / 2
+
+
+def test_without_scaling_the_hidden_gradients_underflow_and_training_stalls(runs):
+    none, serial = runs["none"], runs["serial"]
+    assert none.zero_fraction.mean() > 0.5 and runs["dynamic"].zero_fraction.mean() < 0.01
+    assert none.losses[-1] > 2 * serial[-1]
+    assert not none.skipped.any() and np.all(none.scales == 1.0)
+
+
+def test_underflow_fraction_matches_fp16_smallest_subnormal_on_the_exact_gradient(runs):
+    """Step 0 (same weights everywhere): the fraction of zero fp16 entries is the fraction of the
+    float64 gradient below half of fp16's smallest subnormal (which rounds to 0), per shard."""
+    layers, X, T = runs["problem"]
+    fractions = []
+    for shard in np.array_split(np.arange(len(X)), 2):
+        _, grads = deep_forward_backward(layers, X[shard], T[shard], batch_total=len(X))
+        g = np.concatenate([a.ravel() for dW, db in grads for a in (dW, db)])
+        fractions.append(np.mean(np.abs(g) < mpx.FP16_SMALLEST_SUBNORMAL / 2))
+    assert abs(runs["none"].zero_fraction[0] - np.mean(fractions)) < 0.02
+
+
+def test_the_fp16_allreduce_moves_half_the_bytes_of_the_fp32_one(runs):
+    fp16, fp32 = runs["dynamic"], runs["fp32"]
+    assert np.all(fp16.allreduce_bytes == fp16.allreduce_bytes[0])
+    assert fp16.allreduce_bytes[0] * 2 == fp32.allreduce_bytes[0]
+    # p = 2: each rank sends its n fp16 values once (2 bytes each)
+    assert fp16.allreduce_bytes[0] == 2 * 2 * fp16.n_params
+    assert fp16.total_bytes == STEPS * fp16.allreduce_bytes[0]

@@ -1,0 +1,310 @@
+"""ZeRO stages 1, 2 and 3 (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+Trillion Parameter Models", SC 2020) on real worker processes, beside plain data parallel.
+
+Mixed-precision training with Adam keeps, per parameter, an fp16 working copy (2 bytes), an fp16
+gradient (2 bytes) and the fp32 master weight, m and v (12 bytes): 16 bytes. With N ranks:
+
+=========  ================================  ===========================  =======================
+stage      what is sharded                   bytes per parameter per rank  bytes sent per step
+=========  ================================  ===========================  =======================
+0 (DP)     nothing                           2 + 2 + 12                    2 (N-1) Psi x 2  (allreduce)
+1          optimizer states                  2 + 2 + 12/N                  same (reduce-scatter + allgather)
+2          + gradients                       2 + 14/N                      same
+3          + parameters                      16/N                          3 (N-1) Psi x 2  (1.5x)
+=========  ================================  ===========================  =======================
+
+(bytes sent: summed over all ranks, ring collectives, fp16 on the wire.) Memory is measured from
+the arrays each rank holds (:class:`MemoryLedger`): the training state, plus stage 2's and 3's
+transient one-layer buffers (the gradient bucket being reduce-scattered, the layer's gathered
+parameters). Not counted: activations and the float32 compute copies of a layer (the lesson's
+memory-anatomy section measures activations) and the collectives' own send/receive chunks.
+
+Layout. Stage 1 shards the flat vector as ``comm.reduce_scatter`` cuts it (``np.array_split``):
+rank r owns :func:`shard_range`. Stages 2 and 3 reduce-scatter each layer's gradient as soon as
+backward produces it (one bucket per layer), so rank r owns chunk r of every layer.
+
+Equality with plain DP: the ring reduce-scatter adds the ranks' values of chunk c in the same
+order as the first half of a ring allreduce, and Adam is elementwise, so stage 1 equals DP that
+allreduces the whole gradient at once, and stages 2 and 3 equal DP that allreduces each layer
+as it is produced (DDP with one bucket per layer): bit for bit. The two DP groupings differ only
+in the order of fp16 additions (identical at N = 2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model_parallel.mlp import init_deep, layer_backward, layer_forward, make_data
+from .model import Adam, flatten_layers, layer_ranges, layer_sizes
+
+CATEGORIES = ("params fp16", "grads fp16", "optimizer fp32", "gathered params", "gradient bucket")
+STATE_CATEGORIES = CATEGORIES[:3]
+
+
+def shard_range(n_params: int, n_ranks: int, rank: int) -> tuple[int, int]:
+    """``[start, stop)`` of chunk ``rank`` of ``np.array_split(np.arange(n_params), n_ranks)``:
+    with q, m = divmod(n, N) the first m chunks hold q + 1 elements, the others q."""
+    q, m = divmod(int(n_params), int(n_ranks))
+    start = rank * q + min(rank, m)
+    return start, start + q + (1 if rank < m else 0)
+
+
+def zero_bytes_per_param(stage: int, n_ranks: int) -> float:
+    """Model-state bytes per parameter on each rank: 16, 4 + 12/N, 2 + 14/N, 16/N (stage 0 = DP)."""
+    n = int(n_ranks)
+    table = {0: 2 + 2 + 12, 1: 2 + 2 + 12 / n, 2: 2 + 14 / n, 3: 16 / n}
+    if stage not in table:
+        raise ValueError(f"stage must be 0 (plain DP), 1, 2 or 3, got {stage}")
+    return table[stage]
+
+
+def zero_bytes_per_step(stage: int, n_params: int, n_ranks: int, itemsize: int = 2) -> int:
+    """Bytes all ranks send in one step with ring collectives: a ring reduce-scatter or allgather
+    of Psi elements sends (N-1) Psi elements in all, an allreduce twice that. DP and stages 1-2:
+    2 (N-1) Psi; stage 3 allgathers the parameters twice (forward, backward) and
+    reduce-scatters the gradients: 3 (N-1) Psi."""
+    zero_bytes_per_param(stage, n_ranks)                      # validates the stage
+    passes = 3 if stage == 3 else 2
+    return passes * (int(n_ranks) - 1) * int(n_params) * int(itemsize)
+
+
+# -- memory accounting -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryReport:
+    """Bytes a rank held at its peak, by category, and the peak itself."""
+    peak_bytes: int
+    at_peak: dict[str, int]
+
+    @property
+    def state_bytes(self) -> int:
+        """The persistent training state at the peak (parameters, gradients, optimizer)."""
+        return sum(self.at_peak[c] for c in STATE_CATEGORIES)
+
+    @property
+    def transient_bytes(self) -> int:
+        return self.peak_bytes - self.state_bytes
+
+
+@dataclass
+class MemoryLedger:
+    """The arrays a rank holds, by category, with the peak of their total ``nbytes``."""
+    held: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+    peak: MemoryReport = field(default_factory=lambda: MemoryReport(0, dict.fromkeys(CATEGORIES, 0)))
+
+    def hold(self, name: str, category: str, array: np.ndarray) -> np.ndarray:
+        if category not in CATEGORIES:
+            raise ValueError(f"unknown category {category!r}; one of {CATEGORIES}")
+        self.held[name] = (category, array)
+        now = self.by_category()
+        if sum(now.values()) > self.peak.peak_bytes:
+            self.peak = MemoryReport(sum(now.values()), now)
+        return array
+
+    def free(self, name: str) -> None:
+        del self.held[name]
+
+    def by_category(self) -> dict[str, int]:
+        out = dict.fromkeys(CATEGORIES, 0)
+        for category, array in self.held.values():
+            out[category] += int(array.nbytes)
+        return out
+
+
+# -- the run -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ZeroConfig:
+    """The model (widths of lesson 06's tanh stack), the global batch and Adam's settings."""
+    widths: tuple[int, ...] = (31, 48, 48, 48, 48, 48, 48, 8)
+    batch: int = 64
+    steps: int = 10
+    lr: float = 1e-2
+    loss_scale: float = 1.0        # a constant loss scale: gradients x S before fp16, / S in fp32
+    seed: int = 0
+    data_seed: int = 1
+
+
+def owned_pieces(sizes: list[int], stage: int, n_ranks: int, rank: int) -> list[tuple[int, int]]:
+    """Flat ``[start, stop)`` ranges rank owns: stage 1 one chunk of the whole vector, stages 2-3
+    chunk ``rank`` of every layer (each layer is reduce-scattered on its own)."""
+    if stage <= 1:
+        return [shard_range(sum(sizes), n_ranks, rank)]
+    starts = np.cumsum([0] + list(sizes))
+    return [(int(a) + s, int(a) + e) for a, n in zip(starts, sizes)
+            for s, e in [shard_range(n, n_ranks, rank)]]
+
+
+@dataclass
+class _RankState:
+    """What one rank holds, and how its stage fetches parameters and reduces gradients."""
+    comm: object
+    stage: int
+    cfg: ZeroConfig
+    dp_by_layer: bool
+    ledger: MemoryLedger
+    ranges: list[tuple[int, int]]
+    pieces: list[tuple[int, int]]
+    params16: np.ndarray = None          # full (DP, stages 1-2) or the own shard (stage 3)
+    grads16: np.ndarray = None           # full (DP, stage 1) or the own shard (stages 2-3)
+    master: np.ndarray = None            # fp32, full (DP) or own shard
+    adam: Adam = None
+
+    def layer_params(self, i: int, like):
+        """Layer i's (W, b) as float32 for compute; stage 3 allgathers them first."""
+        a, b = self.ranges[i]
+        if self.stage < 3:
+            flat = self.params16[a:b]
+        else:
+            s, e = shard_range(b - a, self.comm.size, self.comm.rank)
+            off = self._shard_offset(i)
+            parts = self.comm.allgather(self.params16[off:off + e - s])
+            flat = self.ledger.hold("gathered", "gathered params", np.concatenate(parts))
+        W, bias = like[i]
+        return flat[:W.size].astype(np.float32).reshape(W.shape), flat[W.size:].astype(np.float32)
+
+    def done_with_params(self) -> None:
+        if self.stage == 3:
+            self.ledger.free("gathered")
+
+    def _shard_offset(self, i: int) -> int:
+        """Where layer i's piece starts in this rank's shard (stages 2-3)."""
+        return sum(e - s for s, e in self.pieces[:i])
+
+    def gradient_ready(self, i: int, g16: np.ndarray) -> None:
+        """Backward produced layer i's fp16 gradient: store it, or reduce it now (buckets)."""
+        a, b = self.ranges[i]
+        if self.stage == 0 and self.dp_by_layer:
+            self.grads16[a:b] = self.comm.allreduce(g16, algorithm="ring")
+        elif self.stage <= 1:
+            self.grads16[a:b] = g16
+        else:
+            self.ledger.hold("bucket", "gradient bucket", g16)
+            off = self._shard_offset(i)
+            piece = self.comm.reduce_scatter(g16)
+            self.grads16[off:off + piece.size] = piece
+            self.ledger.free("bucket")
+
+    def update(self) -> None:
+        """After backward: finish the reduction, Adam on what this rank owns, share the result."""
+        if self.stage == 0 and not self.dp_by_layer:
+            self.grads16[:] = self.comm.allreduce(self.grads16, algorithm="ring")
+        if self.stage == 1:
+            s, e = self.pieces[0]
+            self.grads16[s:e] = self.comm.reduce_scatter(self.grads16)
+        own = self.grads16[slice(*self.pieces[0])] if self.stage == 1 else self.grads16
+        self.adam.step(self.master, own.astype(np.float32) / np.float32(self.cfg.loss_scale))
+        if self.stage in (0, 3):
+            self.params16[:] = self.master.astype(np.float16)
+            return
+        shards = self.comm.allgather(self.master.astype(np.float16))
+        for rank, shard in enumerate(shards):
+            at = 0
+            for s, e in owned_pieces(layer_sizes_of(self.ranges), self.stage, self.comm.size, rank):
+                self.params16[s:e] = shard[at:at + e - s]
+                at += e - s
+
+
+def layer_sizes_of(ranges) -> list[int]:
+    return [b - a for a, b in ranges]
+
+
+def _init_rank(comm, stage: int, cfg: ZeroConfig, dp_by_layer: bool, layers) -> _RankState:
+    """Every rank starts from the same fp32 master weights and keeps only what its stage keeps."""
+    sizes = layer_sizes(layers)
+    ledger = MemoryLedger()
+    pieces = owned_pieces(sizes, max(stage, 1), comm.size, comm.rank)
+    full32 = flatten_layers(layers, np.float32)
+    own32 = full32 if stage == 0 else np.concatenate([full32[s:e] for s, e in pieces])
+    st = _RankState(comm, stage, cfg, dp_by_layer, ledger, layer_ranges(layers), pieces)
+    st.params16 = ledger.hold("params", "params fp16", (own32 if stage == 3 else full32).astype(np.float16))
+    st.grads16 = ledger.hold("grads", "grads fp16",
+                             np.zeros(own32.size if stage >= 2 else full32.size, np.float16))
+    st.master = ledger.hold("master", "optimizer fp32", own32.copy())
+    st.adam = Adam(lr=cfg.lr).init(own32.size)
+    ledger.hold("adam m", "optimizer fp32", st.adam.m)
+    ledger.hold("adam v", "optimizer fp32", st.adam.v)
+    return st
+
+
+def _train_step(st: _RankState, layers, X, T, batch_total: int) -> float:
+    """Forward layer by layer, backward layer by layer (each gradient handed over as soon as it
+    exists), then the update. Returns this rank's share of the loss 1/(2B) sum (Y - T)^2."""
+    acts = [X]
+    last = len(layers) - 1
+    for i in range(len(layers)):
+        W, b = st.layer_params(i, layers)
+        acts.append(layer_forward(W, b, acts[-1], i == last))
+        st.done_with_params()
+    loss = float(0.5 * np.sum((acts[-1].astype(np.float64) - T) ** 2) / batch_total)
+    d = (acts[-1] - T) * np.float32(st.cfg.loss_scale / batch_total)
+    for i in range(last, -1, -1):
+        W, b = st.layer_params(i, layers)
+        dW, db, d = layer_backward(W, acts[i], acts[i + 1], d, i == last)
+        st.done_with_params()
+        st.gradient_ready(i, np.concatenate([dW.ravel(), db]).astype(np.float16))
+    st.update()
+    return loss
+
+
+@dataclass(frozen=True)
+class ZeroRankResult:
+    """One rank's view: its master shard, the flat pieces it owns, its loss shares, its memory."""
+    rank: int
+    master: np.ndarray
+    pieces: list[tuple[int, int]]
+    losses: list[float]
+    memory: MemoryReport
+
+
+def zero_worker(comm, stage: int, cfg: ZeroConfig, dp_by_layer: bool = False) -> ZeroRankResult:
+    """Train ``cfg.steps`` steps of ZeRO ``stage`` (0 = plain DP) on this rank's slice of the batch.
+
+    ``dp_by_layer`` (stage 0 only): allreduce each layer's gradient as backward produces it
+    (the reduction order of stages 2-3) instead of the whole gradient after backward (stage 1's)."""
+    layers = [(W.astype(np.float32), b.astype(np.float32)) for W, b in init_deep(cfg.widths, cfg.seed)]
+    X, T = make_data(cfg.batch, cfg.widths[0], cfg.widths[-1], cfg.data_seed)
+    lo, hi = shard_range(cfg.batch, comm.size, comm.rank)
+    X, T = X[lo:hi].astype(np.float32), T[lo:hi].astype(np.float32)
+    st = _init_rank(comm, stage, cfg, dp_by_layer, layers)
+    losses = [_train_step(st, layers, X, T, cfg.batch) for _ in range(cfg.steps)]
+    pieces = [(0, st.master.size)] if stage == 0 else st.pieces
+    return ZeroRankResult(comm.rank, st.master, pieces, losses, st.ledger.peak)
+
+
+@dataclass(frozen=True)
+class ZeroRun:
+    """A whole run: the fp32 master weights put back together, the loss per step (summed over
+    ranks), each rank's memory, and the bytes and messages of the run."""
+    stage: int
+    n_ranks: int
+    n_params: int
+    steps: int
+    master: np.ndarray
+    losses: np.ndarray
+    memory: list[MemoryReport]
+    bytes_total: int
+    messages_total: int
+
+    @property
+    def bytes_per_step(self) -> float:
+        return self.bytes_total / self.steps
+
+    @property
+    def bytes_per_param(self) -> list[float]:
+        """Each rank's peak (state + transient buffers) divided by the parameter count."""
+        return [m.peak_bytes / self.n_params for m in self.memory]
+
+
+def run_zero(cluster, stage: int, cfg: ZeroConfig = ZeroConfig(), dp_by_layer: bool = False) -> ZeroRun:
+    """Run :func:`zero_worker` on every rank of ``cluster`` and assemble the result."""
+    res = cluster.run(zero_worker, stage, cfg, dp_by_layer)
+    n = sum(layer_sizes(init_deep(cfg.widths, cfg.seed)))
+    master = np.empty(n, np.float32)
+    for r in res:
+        at = 0
+        for s, e in r.pieces:
+            master[s:e] = r.master[at:at + e - s]
+            at += e - s
+    losses = np.sum([r.losses for r in res], axis=0)
+    return ZeroRun(stage, len(res), n, cfg.steps, master, losses, [r.memory for r in res],
+                   res.stats.total_bytes, res.stats.total_messages)

@@ -1,0 +1,70 @@
+"""ZeRO stages 1-3 on real processes: the same model as plain data parallel, the memory of the
+formulas measured from the arrays each rank holds, the bytes of the formulas counted on the wire."""
+import numpy as np
+import pytest
+
+import course_lib as cl
+from course_lib.data_parallel.zero import (
+    ZeroConfig,
+    run_zero,
+    shard_range,
+    zero_bytes_per_param,
+    zero_bytes_per_step,
+)
+
+CFG = ZeroConfig(steps=4)          # every layer's size is a multiple of 4: shards are equal
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def runs(request):
+    n = request.param
+    with cl.Cluster(n) as cluster:
+        out = {"dp_whole": run_zero(cluster, 0, CFG), "dp_by_layer": run_zero(cluster, 0, CFG, dp_by_layer=True)}
+        out.update({s: run_zero(cluster, s, CFG) for s in (1, 2, 3)})
+    return n, out
+
+
+def test_shard_range_is_array_split():
+    for n, p in [(10, 3), (7, 4), (3, 5), (16, 4)]:
+        chunks = np.array_split(np.arange(n), p)
+        for r in range(p):
+            start, stop = shard_range(n, p, r)
+            assert np.array_equal(np.arange(start, stop), chunks[r])
+
+
+def test_every_stage_trains_the_model_of_plain_data_parallel_bit_for_bit(runs):
+    n, out = runs
+    assert out["dp_whole"].losses[-1] < 0.5 * out["dp_whole"].losses[0]      # it trains
+    assert np.array_equal(out[1].master, out["dp_whole"].master)
+    assert np.array_equal(out[2].master, out["dp_by_layer"].master)
+    assert np.array_equal(out[3].master, out["dp_by_layer"].master)
+    for s in (1, 2, 3):
+        np.testing.assert_allclose(out[s].losses, out["dp_whole"].losses, rtol=1e-3)
+    if n == 2:                                   # two addends: the order of the sum cannot matter
+        assert np.array_equal(out["dp_whole"].master, out["dp_by_layer"].master)
+
+
+def test_state_memory_is_the_formula_exactly_and_the_transient_is_one_layer(runs):
+    n, out = runs
+    psi = out[1].n_params
+    biggest_layer = max(a * b + b for a, b in zip(CFG.widths[:-1], CFG.widths[1:]))
+    for stage, run in [(0, out["dp_whole"]), (1, out[1]), (2, out[2]), (3, out[3])]:
+        for mem in run.memory:
+            assert mem.state_bytes == zero_bytes_per_param(stage, n) * psi
+            assert mem.transient_bytes == (2 * biggest_layer if stage >= 2 else 0)
+    assert out[3].memory[0].at_peak["gathered params"] == 2 * biggest_layer
+
+
+def test_bytes_per_step_are_the_formula(runs):
+    n, out = runs
+    psi = out[1].n_params
+    for stage, run in [(0, out["dp_whole"]), (0, out["dp_by_layer"]), (1, out[1]), (2, out[2]), (3, out[3])]:
+        assert run.bytes_total == CFG.steps * zero_bytes_per_step(stage, psi, n)
+    assert out[3].bytes_total == 1.5 * out["dp_whole"].bytes_total
+    layers = len(CFG.widths) - 1                 # stage 3: per layer two allgathers and a reduce-scatter
+    assert out[3].messages_total == CFG.steps * 3 * layers * n * (n - 1)
+
+
+def test_bad_stage_is_refused():
+    with pytest.raises(ValueError, match="stage"):
+        zero_bytes_per_param(4, 2)

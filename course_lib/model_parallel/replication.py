@@ -23,43 +23,14 @@ The data-parallel graph, :func:`in_graph_data_parallel`, is exercise ex06_6: its
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable
 
 import numpy as np
 
 from course_lib.reference.ex06 import in_graph_data_parallel  # noqa: F401  (question ex06_6)
 
+from .graph import Node, run_graph  # noqa: F401  (the graph's home; re-exported)
 from .tensor import split_ranges
-
-
-@dataclass(frozen=True)
-class Node:
-    """One operation of the graph: ``op(*values of inputs)``, run on rank ``device``."""
-
-    name: str
-    device: int
-    op: Callable
-    inputs: tuple = field(default=())
-
-
-def run_graph(comm, nodes: list[Node]) -> dict:
-    """Execute the nodes placed on ``comm.rank``, in list order; return {name: value} of those nodes."""
-    index = {n.name: k for k, n in enumerate(nodes)}
-    consumers = {n.name: {m.device for m in nodes if n.name in m.inputs} for n in nodes}
-    values = {}
-    for node in nodes:
-        if node.device != comm.rank:
-            continue
-        for name in node.inputs:
-            if name not in values:   # made on another rank: it comes through a Pipe
-                values[name] = comm.recv(source=nodes[index[name]].device, tag=index[name])
-        with comm.compute(node.name):
-            values[node.name] = node.op(*(values[name] for name in node.inputs))
-        for dest in sorted(consumers[node.name] - {comm.rank}):
-            comm.send(values[node.name], dest, tag=index[node.name])
-    return {n.name: values[n.name] for n in nodes if n.device == comm.rank}
 
 
 # ------------------------------------------------------------------------------ a model cut by one client

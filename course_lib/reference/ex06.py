@@ -89,7 +89,7 @@ def in_graph_data_parallel(params, X, T, p):
     """
     from functools import partial
 
-    from course_lib.model_parallel.replication import Node
+    from course_lib.model_parallel.graph import Node
 
     like = {k: np.asarray(v) for k, v in params.items()}
     X, T = np.asarray(X), np.asarray(T)

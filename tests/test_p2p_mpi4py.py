@@ -33,7 +33,7 @@ from common import needs_mpi
 TESTS = pathlib.Path(__file__).resolve().parent
 ROOT = TESTS.parent
 PROGRAMS = ["pairs", "ordering", "any_source", "proc_null", "sendrecv_kw", "nonblocking", "sync_sends", "subcomms",
-            "numpy_ranks", "collective_types"]
+            "numpy_ranks", "collective_types", "nonblocking_collectives"]
 SIZES = [1, 2, 3, 5]
 
 

@@ -24,6 +24,8 @@ without it).
 """
 from __future__ import annotations
 
+import copy
+import functools
 import time
 import zlib
 
@@ -195,6 +197,7 @@ class CollectivesMixin:
         return registry.lookup(name, algorithm).run
 
     def _transport(self, name, algorithm, *, root=None, op=None, data=None, array_sig=False):
+        self._engine._check_no_pending(name)       # before the call is counted (nonblocking.py)
         seq = self._next_call()
         sig = (data.shape, data.dtype.str) if array_sig and is_array(data) else None
         tag = encode_tag(name, seq, root, op, algorithm, sig)
@@ -316,6 +319,21 @@ class CollectivesMixin:
         t = self._transport("allreduce", algorithm, op=lowop, data=xw, array_sig=True)
         res = fn(t, xw, lowop).astype(x.dtype)
         return op.apply_final(res, self.size)
+
+    def iallreduce(self, sendobj, op=SUM, algorithm=None):
+        """Start an allreduce and return at once a :class:`Request`; ``wait()`` returns what
+        :meth:`allreduce` would (``test()``: ``(done, value)``).
+
+        The reduction runs in this rank's background thread, in the order the non-blocking
+        collectives were started, with the same algorithms and bytes as :meth:`allreduce`;
+        ``sendobj`` is copied now, so the caller may reuse it. mpi4py has only the buffer
+        form ``Iallreduce``; this is its lowercase, object form. Until the request completes the
+        caller may compute, start more and test/wait, but not communicate otherwise (see
+        :mod:`course_lib.runtime.nonblocking`)."""
+        op = as_op(op)
+        data = np.array(sendobj, copy=True) if is_array(sendobj) else copy.deepcopy(sendobj)
+        job = functools.partial(self.allreduce, data, op, algorithm)
+        return self._engine._progress_thread().submit(job, f"iallreduce({_describe(data)})")
 
     def reduce_scatter(self, sendobj, op=SUM, algorithm=None):
         """Reduce the (flattened) arrays and return chunk ``rank`` of the result (chunks

@@ -40,6 +40,7 @@ from .control import BarrierArrived, BarrierRelease, Progress
 from .groups import GroupMethods
 from .mpi4py_methods import MPI4PY_COMM_METHODS
 from .netem import Downlink, Network
+from .nonblocking import CANCEL_POLL_S, Cancelled, ProgressThread
 from .p2p import PointToPoint, Request, Status, as_rank
 from .shm_sync import usable_cpus
 from .trace import Stats, Tracer
@@ -116,6 +117,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
             for peer, conn in links.items():
                 self._selector.register(conn, selectors.EVENT_READ, peer)
         self.logger = logger or logging.getLogger(f"rank{rank}")
+        self._nb: ProgressThread | None = None   # runs iallreduce in the background (nonblocking.py)
         self._begin_run(0, time.perf_counter(), Network(), {}, {}, True)
 
     # -- run bookkeeping (called by the runtime) ------------------------------
@@ -141,6 +143,43 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         self._last_progress = 0.0
         self.step = 0
         self._label_steps: dict = {}      # label -> compute phases so far, for Fault(label=...)
+
+    def _progress_thread(self) -> ProgressThread:
+        """This rank's background thread for non-blocking collectives (started on first use)."""
+        if self._nb is None:
+            self._nb = ProgressThread(self.rank)
+        return self._nb
+
+    def _end_nonblocking(self) -> int:
+        """End of a run: stop the background thread; returns how many collectives it left unfinished."""
+        nb, self._nb = self._nb, None
+        return 0 if nb is None else nb.finish_run()
+
+    def _check_no_pending(self, what: str) -> None:
+        if self._nb is not None:
+            self._nb.check_caller(what)
+
+    def _wait_readable(self, peer: int) -> None:
+        """In the background thread, wait for bytes from ``peer`` in slices, so that the end of
+        the run can cancel it (a blocking read could not be interrupted)."""
+        nb = self._nb
+        if nb is None or threading.get_ident() != nb.ident:
+            return
+        conn = self._links[peer]
+        while not conn.poll(CANCEL_POLL_S):
+            if nb.cancelled.is_set():
+                raise Cancelled(f"rank {self.rank}: a non-blocking collective was still waiting for rank {peer} "
+                                "when the run ended")
+
+    def _ready_blocking(self) -> list:
+        """Neighbours with bytes waiting, blocking until there is one (cancellable, as above)."""
+        nb = self._nb
+        if nb is None or threading.get_ident() != nb.ident:
+            return self._ready(None)
+        while not (ready := self._ready(CANCEL_POLL_S)):
+            if nb.cancelled.is_set():
+                raise Cancelled(f"rank {self.rank}: a non-blocking collective was still waiting when the run ended")
+        return ready
 
     @property
     def stats(self) -> Stats:
@@ -270,6 +309,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
 
     def _write(self, obj, dest: int, tag: int, context: int, sync_id: int | None) -> None:
         """Put one message in the Pipe to ``dest`` (the caller holds its send lock); count it."""
+        self._check_no_pending("a send")
         conn = self._links[dest]
         tracer = self._tracer
         # the clock is read only when a trace or the emulated network needs it
@@ -314,6 +354,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
 
     def _send_to_self(self, obj, tag: int, context: int, sync_id: int | None) -> None:
         """Buffer a message to my own rank (MPI does): a copy, as if it had crossed a Pipe."""
+        self._check_no_pending("a send")
         body = pickle.dumps(obj, protocol=5)
         msg = wire.Message(self._run_id, context, tag, 0.0, pickle.loads(body), len(body), len(body), sync_id,
                            _now())
@@ -356,6 +397,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
 
     # -- the engine: receiving (world ranks) ----------------------------------------------
     def _match(self, source, tag, context, pop=True):
+        self._check_no_pending("a receive")
         for i, m in enumerate(self._pending):
             if (source == ANY_SOURCE or m.source == source) and (tag == ANY_TAG or m.tag == tag) \
                     and m.context == context:
@@ -384,6 +426,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
 
     def _read_message(self, peer: int):
         """Read one message from ``peer``: None if it was an acknowledgement or a straggler."""
+        self._wait_readable(peer)
         try:
             msg = wire.recv(self._links[peer])
         except (EOFError, ConnectionResetError, OSError) as exc:
@@ -455,7 +498,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
             raise Deadlock(f"rank {self.rank}: nothing can arrive (no other rank, nothing sent to myself)")
         if len(self._dead) == len(self._links):
             raise PeerLost(-1, "recv: no live neighbour left")
-        for peer in self._ready(None):
+        for peer in self._ready_blocking():
             self._read_one(peer)
         return until is not None and until()
 

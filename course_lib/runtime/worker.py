@@ -131,8 +131,13 @@ def _run_task(comm: Comm, control, start: StartRun):
     try:
         fn, args, kwargs = cloudpickle.loads(control.recv_bytes())
         value = fn(comm, *args, **kwargs)
+        unfinished = comm._end_nonblocking()
+        if unfinished:
+            raise RuntimeError(f"rank {comm.rank}: the function returned with {unfinished} non-blocking "
+                               "collective(s) still in progress; wait() for every request before returning")
         return RunDone(start.run_id, _pickle_result(value), type_name(value), comm.stats, comm._tracer.events)
     except BaseException as exc:
+        comm._end_nonblocking()
         # format_exc never calls a failing __str__ twice: it prints "<exception str() failed>"
         return RunFailed(start.run_id, type(exc).__name__, safe_str(exc), traceback.format_exc(),
                          comm.stats, comm._tracer.events)

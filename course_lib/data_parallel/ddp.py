@@ -1,0 +1,396 @@
+"""DDP: gradients allreduced in buckets while backward goes on (Li et al., "PyTorch
+Distributed: Experiences on Accelerating Data Parallel Training", VLDB 2020).
+
+Every rank holds the whole model and 1/p of the batch. Backward produces the gradients
+of the last layer first, so DDP groups the parameters into buckets in **reverse** model
+order (about 25 MB each by default; a parameter is never split) and starts a bucket's
+allreduce, non-blocking, as soon as all its gradients are ready, while backward computes
+the layers below. After the first layer, the rank waits for every bucket, divides the sum
+by p and updates: the same step as serial training on the whole batch.
+
+The time of one step (the alpha-beta model, Hockney 1994): bucket i is ready at r_i (the
+backward time of the layers down to its earliest parameter), one ring allreduce of n_i
+bytes costs c_i = 2(p-1) alpha + 2(p-1)/p n_i beta, and the buckets are reduced one after
+the other (one stream), so
+
+    finish_i = max(r_i, finish_{i-1}) + c_i,    overlapped step = finish_last,
+    non-overlapped step = backward + sum_i c_i.
+
+Small buckets pay 2(p-1) alpha many times; one big bucket cannot start before backward
+ends. Compute here is emulated: each layer's backward is padded (sleeping, so the
+communication thread gets the CPU) to a time proportional to its FLOPs.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .. import costs
+from ..model_parallel import mlp
+from . import model as dpm
+
+#: Bucket cap of this lesson's runs. PyTorch's 25 MB is about a quarter of ResNet-50's 100 MB
+#: of fp32 gradients; the lesson's stack (:data:`WIDTHS`) has 3.0 MB of them: a quarter of that.
+DEFAULT_CAP_BYTES = 800_000
+#: The lesson's network: lesson 06's tanh stack, 13 layers, 744 464 parameters.
+WIDTHS = (64,) + (256,) * 12 + (16,)
+#: The lesson's emulation: each layer's backward padded to 1 ns per FLOP (4.2 ms for a 256 x 256
+#: layer on 16 rows), and a network on which one such layer's gradients cost about as much to
+#: allreduce (4 ranks: 6 x 0.5 ms latency + 1.5 x 263 KB / 130 MB/s = 6 ms).
+SECONDS_PER_FLOP = 1e-9
+LATENCY_S = 0.5e-3
+BANDWIDTH_BPS = 130e6
+
+
+# ----------------------------------------------------------------------------- buckets
+@dataclass(frozen=True)
+class Bucket:
+    """Parameters (indices in model order) in the order backward makes them ready."""
+    params: tuple[int, ...]
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class BucketPlan:
+    buckets: tuple[Bucket, ...]
+    cap_bytes: int
+
+    def __len__(self) -> int:
+        return len(self.buckets)
+
+    def bucket_of(self) -> dict[int, int]:
+        """{parameter index: the bucket that holds it}."""
+        return {q: i for i, b in enumerate(self.buckets) for q in b.params}
+
+
+def assign_buckets(param_nbytes, cap_bytes: int) -> BucketPlan:
+    """Parameters of ``param_nbytes`` (model order) into buckets, last parameter first.
+
+    A bucket takes parameters while its bytes stay <= ``cap_bytes``; the parameter that would
+    exceed the cap opens the next bucket (one larger than the cap gets a bucket alone)."""
+    if cap_bytes <= 0:
+        raise ValueError(f"cap_bytes must be positive, got {cap_bytes}")
+    buckets, current, size = [], [], 0
+    for q in reversed(range(len(param_nbytes))):
+        n = int(param_nbytes[q])
+        if current and size + n > cap_bytes:
+            buckets.append(Bucket(tuple(current), size))
+            current, size = [], 0
+        current.append(q)
+        size += n
+    if current:
+        buckets.append(Bucket(tuple(current), size))
+    return BucketPlan(tuple(buckets), int(cap_bytes))
+
+
+def param_arrays(layers) -> list[np.ndarray]:
+    """The parameters as DDP sees them, in model order: W0, b0, W1, b1, ..."""
+    return [a for W, b in layers for a in (W, b)]
+
+
+def plan_for(layers, cap_bytes: int, itemsize: int = 4) -> BucketPlan:
+    """The bucket plan of a layer stack whose gradients have ``itemsize`` bytes per number."""
+    return assign_buckets([a.size * itemsize for a in param_arrays(layers)], cap_bytes)
+
+
+def param_offsets(layers) -> list[tuple[int, int]]:
+    """``[start, end)`` of each parameter in :func:`~.model.flatten_layers`' vector."""
+    ends = np.cumsum([0] + [a.size for a in param_arrays(layers)])
+    return [(int(a), int(b)) for a, b in zip(ends[:-1], ends[1:])]
+
+
+# ----------------------------------------------------------------------------- traffic
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes and messages each rank sends (arrays of length p)."""
+    bytes_per_rank: np.ndarray
+    messages_per_rank: np.ndarray
+
+
+def step_traffic(plan: BucketPlan, p: int, itemsize: int = 4) -> Traffic:
+    """What each rank sends in one step: a ring allreduce per bucket, 2(p-1)/p n_i bytes and
+    2(p-1) messages each (exactly, from :func:`course_lib.costs.traffic`; chunks as array_split)."""
+    nbytes, msgs = np.zeros(p, dtype=np.int64), np.zeros(p, dtype=np.int64)
+    for b in plan.buckets:
+        sent, count = costs.traffic("allreduce", "ring", p, b.nbytes // itemsize, itemsize)
+        nbytes, msgs = nbytes + sent, msgs + count
+    return Traffic(nbytes, msgs)
+
+
+# ----------------------------------------------------------------------------- the step
+@dataclass(frozen=True)
+class DDPSetup:
+    """A data-parallel run: bucket cap, steps, optimizer and the emulated backward's speed."""
+    cap_bytes: int = DEFAULT_CAP_BYTES
+    steps: int = 3
+    overlap: bool = True             # False: every bucket allreduced after the whole backward
+    optimizer: str = "sgd"           # "sgd" or "adam" (:class:`~.model.Adam`)
+    lr: float = 0.05
+    seconds_per_flop: float = 0.0    # emulated compute: layer i's backward padded to this x its FLOPs
+
+    def __post_init__(self):
+        if self.optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
+
+
+def backward_flops(layers, batch: int) -> list[int]:
+    """FLOPs of each layer's backward on ``batch`` rows: for W of shape (a, b),
+    dW = a_in^T dh and d_in = dh W^T cost 2 batch a b each, 4 batch a b in all."""
+    return [4 * batch * W.shape[0] * W.shape[1] for W, _ in layers]
+
+
+class BucketReducer:
+    """Takes gradients as backward makes them; with ``overlap`` starts a bucket's non-blocking
+    ring allreduce (``comm.iallreduce``) the moment its last gradient arrives, else allreduces
+    the buckets one by one after backward. :meth:`finish` returns the summed flat gradient."""
+
+    def __init__(self, comm, plan: BucketPlan, offsets, overlap: bool):
+        self.comm, self.plan, self.offsets, self.overlap = comm, plan, offsets, overlap
+        self._where = plan.bucket_of()
+        self._grads: list[dict] = [{} for _ in plan.buckets]
+        self._requests: dict[int, object] = {}
+        self.started: list[tuple[int, float]] = []   # (bucket, comm.now()) in the order started
+
+    def add(self, q: int, grad: np.ndarray) -> None:
+        i = self._where[q]
+        self._grads[i][q] = grad
+        if self.overlap and len(self._grads[i]) == len(self.plan.buckets[i].params):
+            self.started.append((i, self.comm.now()))
+            self._requests[i] = self.comm.iallreduce(self._flat(i), algorithm="ring")
+
+    def _flat(self, i: int) -> np.ndarray:
+        return np.concatenate([self._grads[i][q].ravel() for q in self.plan.buckets[i].params])
+
+    def finish(self, n_params: int, dtype) -> np.ndarray:
+        out = np.empty(n_params, dtype=dtype)
+        for i, bucket in enumerate(self.plan.buckets):
+            if self.overlap:
+                summed = self._requests[i].wait()
+            else:
+                self.started.append((i, self.comm.now()))
+                summed = self.comm.allreduce(self._flat(i), algorithm="ring")
+            at = 0
+            for q in bucket.params:   # scatter the bucket back into the model's layout
+                start, end = self.offsets[q]
+                out[start:end] = summed[at:at + end - start]
+                at += end - start
+        return out
+
+
+def _padded(comm, label: str, seconds: float, fn):
+    """``fn()`` in a traced compute phase padded to ``seconds`` by sleeping, as lesson 06 pads
+    its pipeline ops: a sleep hands the CPU to the rank's communication thread."""
+    with comm.compute(label):
+        t0 = time.perf_counter()
+        out = fn()
+        rest = seconds - (time.perf_counter() - t0)
+        if rest > 0:
+            time.sleep(rest)
+    return out
+
+
+def ddp_backward(comm, layers, X, T, reducer: BucketReducer, pad_seconds) -> float:
+    """Forward, then backward layer by layer from the last, handing each gradient to the
+    reducer as soon as it exists (b before W: the reverse of the model order). Returns the
+    local loss 1/(2 B_local) sum (Y - T)^2."""
+    with comm.compute("forward"):
+        acts = [X]
+        for i, (W, b) in enumerate(layers):
+            acts.append(mlp.layer_forward(W, b, acts[-1], i == len(layers) - 1))
+    loss = float(0.5 * np.sum((acts[-1] - T) ** 2) / X.shape[0])
+    d = (acts[-1] - T) / X.shape[0]
+    for i in reversed(range(len(layers))):
+        dW, db, d = _padded(comm, f"B{i}", pad_seconds[i], lambda i=i, d=d: mlp.layer_backward(
+            layers[i][0], acts[i], acts[i + 1], d, i == len(layers) - 1))
+        reducer.add(2 * i + 1, db)
+        reducer.add(2 * i, dW)
+    return loss
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step on one rank: backward start and gradients-averaged end (comm.now() seconds),
+    the buckets in the order their allreduce started, with the times, and the local loss."""
+    start: float
+    end: float
+    started: tuple[tuple[int, float], ...]
+    loss: float
+
+
+@dataclass
+class RankResult:
+    weights: np.ndarray              # the flat float32 parameters after the run
+    steps: list[StepRecord] = field(default_factory=list)
+
+
+def _optimizer_step(setup: DDPSetup, adam, w: np.ndarray, g: np.ndarray) -> None:
+    if adam is None:
+        w -= np.float32(setup.lr) * g
+    else:
+        adam.step(w, g)
+
+
+def ddp_train(comm, layers, X, T, setup: DDPSetup) -> RankResult:
+    """Runs on every rank: ``setup.steps`` data-parallel steps on rows ``rank`` of p of (X, T)
+    in float32; the averaged gradient (sum over ranks / p) equals the full batch's."""
+    p = comm.size
+    if X.shape[0] % p:
+        raise ValueError(f"the batch of {X.shape[0]} rows does not split evenly over {p} ranks")
+    rows = slice(comm.rank * X.shape[0] // p, (comm.rank + 1) * X.shape[0] // p)
+    Xr, Tr = X[rows].astype(np.float32), T[rows].astype(np.float32)
+    w = dpm.flatten_layers(layers, np.float32)
+    plan, offsets = plan_for(layers, setup.cap_bytes, 4), param_offsets(layers)
+    pad = [setup.seconds_per_flop * f for f in backward_flops(layers, Xr.shape[0])]
+    adam = dpm.Adam(lr=setup.lr).init(w.size) if setup.optimizer == "adam" else None
+    out = RankResult(w)
+    for _ in range(setup.steps):
+        comm.barrier()
+        reducer = BucketReducer(comm, plan, offsets, setup.overlap)
+        start = comm.now()
+        loss = ddp_backward(comm, dpm.unflatten_layers(w, layers), Xr, Tr, reducer, pad)
+        g = reducer.finish(w.size, np.float32) / np.float32(p)
+        out.steps.append(StepRecord(start, comm.now(), tuple(reducer.started), loss))
+        _optimizer_step(setup, adam, w, g)
+    return out
+
+
+def serial_train(layers, X, T, setup: DDPSetup) -> np.ndarray:
+    """The reference: the same steps in one process on the whole batch (float32)."""
+    w = dpm.flatten_layers(layers, np.float32)
+    adam = dpm.Adam(lr=setup.lr).init(w.size) if setup.optimizer == "adam" else None
+    X32, T32 = X.astype(np.float32), T.astype(np.float32)
+    for _ in range(setup.steps):
+        _, grads = mlp.deep_forward_backward(dpm.unflatten_layers(w, layers), X32, T32)
+        _optimizer_step(setup, adam, w, dpm.flatten_layers(grads, np.float32))
+    return w
+
+
+@dataclass
+class DDPRun:
+    """A run on the cluster: each rank's :class:`RankResult`, traffic and trace."""
+    ranks: list[RankResult]
+    plan: BucketPlan
+    stats: object
+    timeline: object
+
+    @property
+    def step_seconds(self) -> list[float]:
+        """Per step: from the first rank's backward start to the last rank's averaged gradient."""
+        return [max(r.steps[s].end for r in self.ranks) - min(r.steps[s].start for r in self.ranks)
+                for s in range(len(self.ranks[0].steps))]
+
+    @property
+    def median_step(self) -> float:
+        return float(np.median(self.step_seconds))
+
+
+def lesson_network():
+    """The emulated network of the lesson's runs (:data:`LATENCY_S`, :data:`BANDWIDTH_BPS`)."""
+    from ..runtime.netem import Network
+
+    return Network(latency=LATENCY_S, bandwidth=BANDWIDTH_BPS)
+
+
+def run_ddp(cluster, layers, X, T, setup: DDPSetup, network=None) -> DDPRun:
+    """:func:`ddp_train` on every worker of ``cluster`` (with ``network`` for this run)."""
+    kwargs = {} if network is None else {"network": network}
+    res = cluster.run(ddp_train, layers, X, T, setup, **kwargs)
+    return DDPRun(list(res), plan_for(layers, setup.cap_bytes, 4), res.stats, res.timeline)
+
+
+# ----------------------------------------------------------------------------- the model
+@dataclass(frozen=True)
+class StepModel:
+    """The alpha-beta model of one step's backward and allreduces (seconds)."""
+    ready: tuple[float, ...]     # r_i: bucket i's last gradient exists
+    comm: tuple[float, ...]      # c_i = 2(p-1) alpha + 2(p-1)/p n_i beta
+    finish: tuple[float, ...]    # finish_i = max(r_i, finish_{i-1}) + c_i
+    backward: float
+
+    @property
+    def overlapped(self) -> float:
+        return self.finish[-1] if self.finish else self.backward
+
+    @property
+    def sequential(self) -> float:
+        return self.backward + sum(self.comm)
+
+
+def model_step(plan: BucketPlan, layer_seconds, p: int, cost: costs.CostModel) -> StepModel:
+    """Predict a step from each layer's backward seconds (model order) and alpha, beta.
+
+    Backward runs the layers last to first, so parameter q (W of layer q // 2 or its b) is
+    ready at the sum of the backward times of layers L-1 .. q // 2."""
+    ready_param = {}
+    t = 0.0
+    for i in reversed(range(len(layer_seconds))):
+        t += float(layer_seconds[i])
+        ready_param[2 * i] = ready_param[2 * i + 1] = t
+    ready = [max(ready_param[q] for q in b.params) for b in plan.buckets]
+    comm = [costs.predict("allreduce", "ring", p, b.nbytes, cost) for b in plan.buckets]
+    finish, last = [], 0.0
+    for r, c in zip(ready, comm):
+        last = max(r, last) + c
+        finish.append(last)
+    return StepModel(tuple(ready), tuple(comm), tuple(finish), t)
+
+
+def plot_overlap(timeline, ax, ranks=None, title: str | None = None):
+    """Two lanes per rank: compute (backward layers B_i, forward) above, communication below
+    (the sends and receives of the allreduces, which the rank's communication thread runs
+    while the compute lane goes on)."""
+    from matplotlib.patches import Patch
+
+    from ..plot import COLORS
+
+    ranks = sorted({e.rank for e in timeline}) if ranks is None else list(ranks)
+    for k, rank in enumerate(ranks):
+        for lane, kinds in ((0, ("compute",)), (1, ("send", "recv"))):
+            for kind in kinds:
+                spans = [(e.start, max(e.duration, 1e-5)) for e in timeline if e.rank == rank and e.kind == kind]
+                ax.broken_barh(spans, (2 * k + lane - 0.4, 0.8), facecolors=COLORS[kind], edgecolor="none")
+    ax.set_yticks(range(2 * len(ranks)))
+    ax.set_yticklabels([f"rank {r} {lane}" for r in ranks for lane in ("compute", "comm")], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the run started (s)")
+    ax.legend(handles=[Patch(color=COLORS[k], label=k) for k in ("compute", "send", "recv")],
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+@dataclass(frozen=True)
+class OverlapComparison:
+    """Median step (backward + allreduces) overlapped and not, measured, beside the model."""
+    cap_bytes: int
+    p: int
+    overlapped: float
+    sequential: float
+    model: StepModel
+    runs: dict = field(repr=False, compare=False, default_factory=dict)   # {overlap: DDPRun}
+
+    @property
+    def ratio(self) -> float:
+        return self.overlapped / self.sequential
+
+    @property
+    def model_ratio(self) -> float:
+        return self.model.overlapped / self.model.sequential
+
+
+def predict_step(layers, batch: int, setup: DDPSetup, p: int, network) -> StepModel:
+    """:func:`model_step` for the run ``setup`` of ``batch`` rows over p ranks on ``network``."""
+    seconds = [setup.seconds_per_flop * f for f in backward_flops(layers, batch // p)]
+    return model_step(plan_for(layers, setup.cap_bytes, 4), seconds, p, costs.CostModel.from_network(network))
+
+
+def compare_overlap(cluster, layers, X, T, setup: DDPSetup, network) -> OverlapComparison:
+    """Run ``setup`` without overlap, then with it, on ``network``; median step of each."""
+    runs = {o: run_ddp(cluster, layers, X, T, replace(setup, overlap=o), network) for o in (False, True)}
+    p = cluster.n_workers
+    return OverlapComparison(setup.cap_bytes, p, runs[True].median_step, runs[False].median_step,
+                             predict_step(layers, X.shape[0], setup, p, network), runs)

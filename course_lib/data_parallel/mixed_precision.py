@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from course_lib.data_parallel.model import Adam, flatten_layers, unflatten_layers
+from course_lib.model_parallel.mlp import deep_forward_backward, init_deep, make_data
 
 HALF = np.float16
 FP16_SMALLEST_SUBNORMAL = float(np.finfo(HALF).smallest_subnormal)  # 2**-24
@@ -95,6 +96,7 @@ def half_backward(layers16, acts, T, scale: float, batch_total: int) -> list[tup
 
 
 def _half_backward(layers16, acts, T, scale, batch_total):
+    """:func:`half_backward`'s body; every ``.astype(HALF)`` is a value stored in fp16."""
     Y = acts[-1].astype(np.float32)
     d = (np.float32(scale) * (Y - np.asarray(T, np.float32)) / np.float32(batch_total)).astype(HALF)
     grads = [None] * len(layers16)
@@ -140,11 +142,11 @@ class MixedPrecisionState:
         self.grads16[:] = flatten_layers(half_backward(layers16, acts, T, scale, batch_total))
         return half_loss(acts, T, batch_total), acts
 
-    def apply(self, reduced16: np.ndarray, scale: float) -> bool:
-        """Unscale the reduced fp16 gradient in fp32; step Adam unless it holds inf/nan.
-        Returns whether an overflow was found (then nothing was updated)."""
+    def apply(self, reduced: np.ndarray, scale: float) -> bool:
+        """Unscale the reduced gradient in fp32, ``g = reduced / S``; step Adam unless it holds
+        inf/nan. Returns whether an overflow was found (then nothing was updated)."""
         with np.errstate(invalid="ignore"):
-            g = reduced16.astype(np.float32) / np.float32(scale)
+            g = reduced.astype(np.float32) / np.float32(scale)
         if not np.all(np.isfinite(g)):
             return True
         self.adam.step(self.master, g)
@@ -178,21 +180,20 @@ class TrainingRun:
     @classmethod
     def combine(cls, label: str, per_rank: list, total_bytes: int) -> TrainingRun:
         records = [r[0] for r in per_rank]
-        col = lambda name: np.array([[getattr(s, name) for s in rank] for rank in records])  # noqa: E731
+
+        def col(name):  # one row per rank, one column per step
+            return np.array([[getattr(s, name) for s in rank] for rank in records])
         master = per_rank[0][1]
         return cls(label, col("loss").sum(0), col("scale")[0], col("skipped")[0],
                    col("zero_fraction").mean(0), col("allreduce_bytes").sum(0), int(total_bytes),
                    int(master.size), master)
 
 
-def _fp32_step(state: MixedPrecisionState, X, T, batch_total: int) -> float:
-    """The fp32 baseline step: forward/backward in fp32 into a float32 gradient (``grads16``
-    then holds fp32; no scaling)."""
-    from course_lib.model_parallel.mlp import deep_forward_backward
+def fp32_forward_backward(state: MixedPrecisionState, X, T, batch_total: int) -> tuple[float, np.ndarray]:
+    """The fp32 baseline: (loss, flat float32 gradient) at the master weights, no scaling."""
     layers32 = unflatten_layers(state.master, state.like)
     loss, grads = deep_forward_backward(layers32, X.astype(np.float32), T.astype(np.float32), batch_total)
-    state.grads16 = flatten_layers(grads, dtype=np.float32)
-    return loss
+    return loss, flatten_layers(grads, dtype=np.float32)
 
 
 def data_parallel_worker(comm, layers, X, T, steps: int, lr: float, precision: str = "fp16",
@@ -210,12 +211,13 @@ def data_parallel_worker(comm, layers, X, T, steps: int, lr: float, precision: s
         with comm.compute(f"{precision} forward/backward"):
             if precision == "fp16":
                 loss, _ = state.forward_backward(Xs, Ts, scale, len(X))
+                grad = state.grads16
             else:
-                loss = _fp32_step(state, Xs, Ts, len(X))
-        zeros = float(np.mean(state.grads16 == 0))
+                loss, grad = fp32_forward_backward(state, Xs, Ts, len(X))
+        zeros = float(np.mean(grad == 0))
         before = comm.stats.bytes_sent(comm.rank)
         with np.errstate(over="ignore", invalid="ignore"):  # fp16 sums may overflow: then skip
-            reduced = comm.allreduce(state.grads16)
+            reduced = comm.allreduce(grad)
         sent = comm.stats.bytes_sent(comm.rank) - before
         overflow = state.apply(reduced, scale)
         skipped = scaler.update(overflow) if scaler is not None and precision == "fp16" else overflow
@@ -235,8 +237,9 @@ def train_fp32_serial(layers, X, T, steps: int, lr: float = 1e-3) -> np.ndarray:
     state = MixedPrecisionState.from_layers(layers, lr)
     losses = []
     for _ in range(steps):
-        losses.append(_fp32_step(state, X, T, len(X)))
-        state.apply(state.grads16, 1.0)
+        loss, grad = fp32_forward_backward(state, X, T, len(X))
+        losses.append(loss)
+        state.apply(grad, 1.0)
     return np.array(losses)
 
 
@@ -245,7 +248,6 @@ def small_target_problem(batch: int, widths, target_scale: float, seed: int = 0)
     (a quantity measured in large units) and the output layer initialised at that scale, as
     one initialises a net to the scale of its outputs. Loss and gradients are then tiny from
     the first step: what fp16 without loss scaling cannot represent."""
-    from course_lib.model_parallel.mlp import init_deep, make_data
     X, T = make_data(batch, widths[0], widths[-1], seed=seed + 1)
     layers = init_deep(widths, seed=seed)
     W, b = layers[-1]

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from course_lib.reference.ex08 import assign_buckets as _assign_buckets  # question ex08_1
+
 from .. import costs
 from ..model_parallel import mlp
 from . import model as dpm
@@ -66,23 +68,16 @@ class BucketPlan:
 
 
 def assign_buckets(param_nbytes, cap_bytes: int) -> BucketPlan:
-    """Parameters of ``param_nbytes`` (model order) into buckets, last parameter first.
+    """Parameters of ``param_nbytes`` (model order) into buckets, last parameter first: question
+    ex08_1 (:func:`course_lib.reference.ex08.assign_buckets`), its lists as a :class:`BucketPlan`.
 
     A bucket takes parameters while its bytes stay <= ``cap_bytes``; the parameter that would
     exceed the cap opens the next bucket (one larger than the cap gets a bucket alone)."""
     if cap_bytes <= 0:
         raise ValueError(f"cap_bytes must be positive, got {cap_bytes}")
-    buckets, current, size = [], [], 0
-    for q in reversed(range(len(param_nbytes))):
-        n = int(param_nbytes[q])
-        if current and size + n > cap_bytes:
-            buckets.append(Bucket(tuple(current), size))
-            current, size = [], 0
-        current.append(q)
-        size += n
-    if current:
-        buckets.append(Bucket(tuple(current), size))
-    return BucketPlan(tuple(buckets), int(cap_bytes))
+    groups = _assign_buckets(list(param_nbytes), cap_bytes)
+    return BucketPlan(tuple(Bucket(tuple(int(q) for q in g), sum(int(param_nbytes[q]) for q in g))
+                            for g in groups), int(cap_bytes))
 
 
 def param_arrays(layers) -> list[np.ndarray]:

@@ -22,6 +22,7 @@ import numpy as np
 
 from course_lib.data_parallel.model import Adam, flatten_layers, unflatten_layers
 from course_lib.model_parallel.mlp import deep_forward_backward, init_deep, make_data
+from course_lib.reference.ex08 import update_scale as _update_scale  # question ex08_2
 
 HALF = np.float16
 FP16_SMALLEST_SUBNORMAL = float(np.finfo(HALF).smallest_subnormal)  # 2**-24
@@ -39,17 +40,15 @@ class ScaleUpdate:
 
 def update_scale(scale: float, clean_steps: int, found_overflow: bool, growth_interval: int,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5) -> ScaleUpdate:
-    """Dynamic loss scaling (Micikevicius et al. 2018, section 3.2; PyTorch's GradScaler).
+    """Dynamic loss scaling (Micikevicius et al. 2018, section 3.2; PyTorch's GradScaler): question
+    ex08_2 (:func:`course_lib.reference.ex08.update_scale`), its triple as a :class:`ScaleUpdate`.
 
     On overflow: ``S <- backoff_factor * S``, skip this step's update, clean count back to 0.
     Otherwise: count the clean step; after ``growth_interval`` clean steps in a row,
     ``S <- growth_factor * S`` and the count starts again from 0."""
-    if found_overflow:
-        return ScaleUpdate(scale * backoff_factor, 0, True)
-    clean_steps += 1
-    if clean_steps >= growth_interval:
-        return ScaleUpdate(scale * growth_factor, 0, False)
-    return ScaleUpdate(scale, clean_steps, False)
+    new_scale, new_clean, skip = _update_scale(scale, clean_steps, found_overflow, growth_interval,
+                                               growth_factor, backoff_factor)
+    return ScaleUpdate(float(new_scale), int(new_clean), bool(skip))
 
 
 @dataclass

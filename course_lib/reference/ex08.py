@@ -1,0 +1,69 @@
+"""Lesson 08, data parallelism as it is practised: reference answers (instructor-only, see :mod:`course_lib.reference`).
+
+ex08_1  assign_buckets(param_nbytes, cap_bytes)                  DDP's buckets, last parameter first
+ex08_2  update_scale(scale, clean_steps, found_overflow, growth_interval, growth_factor, backoff_factor)
+                                                                (new scale, new clean count, skip this step)
+ex08_3  shard_range(n_params, n_ranks, rank)                    [start, stop) that reduce_scatter leaves on rank
+ex08_4  zero_bytes_per_param(stage, n_ranks)                    ZeRO's model-state bytes per parameter per rank
+
+The library keeps its names as wrappers: :func:`course_lib.data_parallel.ddp.assign_buckets` turns
+ex08_1's lists into a ``BucketPlan``, :func:`course_lib.data_parallel.mixed_precision.update_scale`
+ex08_2's triple into a ``ScaleUpdate``, and :mod:`course_lib.data_parallel.zero` re-exports ex08_3
+and checks the stage before ex08_4. This module imports none of them (they import it).
+"""
+from __future__ import annotations
+
+
+def assign_buckets(param_nbytes, cap_bytes):
+    """Parameter indices (model order 0..n-1) grouped into DDP's buckets, last parameter first
+    (Li et al., "PyTorch Distributed", VLDB 2020, section 4.2.2).
+
+    Backward makes the last parameters' gradients first, so buckets are filled in reverse model
+    order: a bucket takes parameters while its bytes stay <= ``cap_bytes``; the parameter that
+    would exceed the cap opens the next bucket, and one larger than the cap gets a bucket alone
+    (a parameter is never split). Returns ``[[n-1, n-2, ...], ...]``."""
+    buckets, current, size = [], [], 0
+    for q in reversed(range(len(param_nbytes))):
+        n = int(param_nbytes[q])
+        if current and size + n > cap_bytes:
+            buckets.append(current)
+            current, size = [], 0
+        current.append(q)
+        size += n
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def update_scale(scale, clean_steps, found_overflow, growth_interval, growth_factor=2.0, backoff_factor=0.5):
+    """Dynamic loss scaling (Micikevicius et al., "Mixed Precision Training", ICLR 2018, section
+    3.2; PyTorch's GradScaler): ``(new_scale, new_clean_steps, skip_step)``.
+
+    On overflow (an inf or nan in the gradient): S <- backoff_factor * S, skip the update, the
+    count of clean steps restarts at 0. Otherwise the step is applied and counted; when the count
+    reaches ``growth_interval``, S <- growth_factor * S and the count restarts at 0."""
+    if found_overflow:
+        return scale * backoff_factor, 0, True
+    clean_steps += 1
+    if clean_steps >= growth_interval:
+        return scale * growth_factor, 0, False
+    return scale, clean_steps, False
+
+
+def shard_range(n_params, n_ranks, rank):
+    """``[start, stop)`` of chunk ``rank`` of ``np.array_split(np.arange(n_params), n_ranks)``,
+    the chunk ``comm.reduce_scatter`` leaves on ``rank``: with q, m = divmod(n, N) the first m
+    chunks hold q + 1 elements, the others q."""
+    q, m = divmod(int(n_params), int(n_ranks))
+    start = rank * q + min(rank, m)
+    return start, start + q + (1 if rank < m else 0)
+
+
+def zero_bytes_per_param(stage, n_ranks):
+    """Model-state bytes per parameter each of N ranks holds with mixed-precision Adam
+    (Rajbhandari et al., "ZeRO", SC 2020): fp16 parameters (2 B), fp16 gradients (2 B), fp32
+    master weights, m and v (12 B). Stage 0 (plain data parallel) 2 + 2 + 12 = 16; stage 1 shards
+    the optimizer states, 2 + 2 + 12/N; stage 2 also the gradients, 2 + 14/N; stage 3 also the
+    parameters, 16/N."""
+    n = int(n_ranks)
+    return {0: 2 + 2 + 12, 1: 2 + 2 + 12 / n, 2: 2 + 14 / n, 3: 16 / n}[stage]

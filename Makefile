@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# matplotlib's font cache lives with the environment: one cache in ~/.cache shared by several
+# environments keeps the font paths of whichever built it, and once that one is deleted every
+# mathtext label warns "findfont: Font family ['STIXGeneral'] not found" in the notebooks.
+export MPLCONFIGDIR := $(abspath $(VENV))/matplotlib
 
 .PHONY: lab test test-fast test-all bench exercises grade clean-shm setup
 

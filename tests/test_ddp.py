@@ -165,6 +165,19 @@ def test_overlapped_allreduce_starts_during_backward_and_the_baseline_after_it(p
             1 for c in run.timeline.of(0, "compute") if c.label.startswith("B")
             for s in run.timeline.of(0, "send") if c.start < s.start < c.end)
         assert (sends_in_backward > 0) == overlap
+        step = run.ranks[0].steps[-1]
+        assert (ddp.overlap_fraction(run.timeline, 0, step.start, step.end) > 0) == overlap
+
+
+def test_overlap_fraction_by_hand():
+    from course_lib.runtime.trace import Event, Timeline
+
+    tl = Timeline([Event(0, "compute", 0.0, 1.0, "B1"), Event(0, "compute", 1.0, 2.0, "forward"),
+                   Event(0, "send", 0.5, 1.5), Event(0, "recv", 1.5, 2.5), Event(1, "send", 0.0, 1.0)])
+    # rank 0 talks 0.5-1.5 and 1.5-2.5 (2 s), of which 0.5-1.0 inside backward (B1): 1/4
+    assert ddp.overlap_fraction(tl, 0, 0.0, 3.0) == 0.25
+    assert ddp.overlap_fraction(tl, 0, 0.75, 3.0) == pytest.approx(0.25 / 1.75)   # clipped: 0.25 s of 1.75 s
+    assert ddp.overlap_fraction(tl, 1, 0.0, 3.0) == 0.0
 
 
 @pytest.mark.timing
@@ -174,7 +187,7 @@ def test_overlap_shortens_the_step_on_the_emulated_network(pinned4):
     setup = ddp.DDPSetup(steps=5, seconds_per_flop=ddp.SECONDS_PER_FLOP)
     c = ddp.compare_overlap(pinned4, layers, X, T, setup, ddp.lesson_network())
     assert c.model_ratio < 0.75
-    assert c.ratio < 0.9, c          # measured 0.75 at load 6 on 2 cores (model 0.68)
+    assert c.ratio < 0.9, c          # measured 0.70-0.79 on 2 cores (model 0.68)
     # the model leaves out Python's cost per message and per wake-up: a lower bound, not far below
     assert c.model.sequential < c.sequential < 2.0 * c.model.sequential, c
     assert c.model.overlapped < c.overlapped < 2.0 * c.model.overlapped, c

@@ -38,12 +38,13 @@ from . import model as dpm
 DEFAULT_CAP_BYTES = 800_000
 #: The lesson's network: lesson 06's tanh stack, 13 layers, 744 464 parameters.
 WIDTHS = (64,) + (256,) * 12 + (16,)
-#: The lesson's emulation: each layer's backward padded to 1 ns per FLOP (4.2 ms for a 256 x 256
+#: The lesson's emulation: each layer's backward padded to 2 ns per FLOP (8.4 ms for a 256 x 256
 #: layer on 16 rows), and a network on which one such layer's gradients cost about as much to
-#: allreduce (4 ranks: 6 x 0.5 ms latency + 1.5 x 263 KB / 130 MB/s = 6 ms).
-SECONDS_PER_FLOP = 1e-9
-LATENCY_S = 0.5e-3
-BANDWIDTH_BPS = 130e6
+#: allreduce (4 ranks: 6 x 1 ms latency + 1.5 x 263 KB / 65 MB/s = 12 ms). At half these times
+#: Python's own cost per message (0.3-0.7 ms on 2 cores) put the measured steps up to 2x the model.
+SECONDS_PER_FLOP = 2e-9
+LATENCY_S = 1e-3
+BANDWIDTH_BPS = 65e6
 
 
 # ----------------------------------------------------------------------------- buckets
@@ -332,10 +333,10 @@ def model_step(plan: BucketPlan, layer_seconds, p: int, cost: costs.CostModel) -
     return StepModel(tuple(ready), tuple(comm), tuple(finish), t)
 
 
-def plot_overlap(timeline, ax, ranks=None, title: str | None = None):
-    """Two lanes per rank: compute (backward layers B_i, forward) above, communication below
-    (the sends and receives of the allreduces, which the rank's communication thread runs
-    while the compute lane goes on)."""
+def plot_overlap(timeline, ax, ranks=None, title: str | None = None, legend: bool = True):
+    """Two lanes per rank: compute (forward, then the backward of layers B_i, labelled) above,
+    communication below (the sends and receives of the allreduces, which the rank's background
+    thread runs while the compute lane goes on)."""
     from matplotlib.patches import Patch
 
     from ..plot import COLORS
@@ -344,14 +345,19 @@ def plot_overlap(timeline, ax, ranks=None, title: str | None = None):
     for k, rank in enumerate(ranks):
         for lane, kinds in ((0, ("compute",)), (1, ("send", "recv"))):
             for kind in kinds:
-                spans = [(e.start, max(e.duration, 1e-5)) for e in timeline if e.rank == rank and e.kind == kind]
-                ax.broken_barh(spans, (2 * k + lane - 0.4, 0.8), facecolors=COLORS[kind], edgecolor="none")
+                events = [e for e in timeline if e.rank == rank and e.kind == kind]
+                ax.broken_barh([(e.start, max(e.duration, 1e-5)) for e in events], (2 * k + lane - 0.4, 0.8),
+                               facecolors=COLORS[kind], edgecolor="white", linewidth=0.4)
+        for e in timeline.of(rank, "compute"):
+            ax.text(e.start + e.duration / 2, 2 * k, e.label, ha="center", va="center", fontsize=6,
+                    color="white", clip_on=True)
     ax.set_yticks(range(2 * len(ranks)))
     ax.set_yticklabels([f"rank {r} {lane}" for r in ranks for lane in ("compute", "comm")], fontsize=8)
-    ax.invert_yaxis()
+    ax.set_ylim(2 * len(ranks) - 0.5, -0.5)   # rank 0's compute lane on top
     ax.set_xlabel("time since the run started (s)")
-    ax.legend(handles=[Patch(color=COLORS[k], label=k) for k in ("compute", "send", "recv")],
-              loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
+    if legend:
+        ax.legend(handles=[Patch(color=COLORS[k], label=k) for k in ("compute", "send", "recv")],
+                  loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     if title:
         ax.set_title(title)
@@ -389,3 +395,16 @@ def compare_overlap(cluster, layers, X, T, setup: DDPSetup, network) -> OverlapC
     p = cluster.n_workers
     return OverlapComparison(setup.cap_bytes, p, runs[True].median_step, runs[False].median_step,
                              predict_step(layers, X.shape[0], setup, p, network), runs)
+
+
+def overlap_fraction(timeline, rank: int, start: float, end: float) -> float:
+    """Share of ``rank``'s communication time (its send and recv events) in [start, end] that
+    falls inside its backward compute phases (labels ``B<i>``): 0 when nothing overlaps."""
+    def clip(e):
+        return max(e.start, start), min(e.end, end)
+
+    backward = [clip(e) for e in timeline.of(rank, "compute") if e.label.startswith("B")]
+    talk = [clip(e) for e in timeline if e.rank == rank and e.kind in ("send", "recv")]
+    total = sum(max(0.0, b - a) for a, b in talk)
+    inside = sum(max(0.0, min(b, d) - max(a, c)) for a, b in talk for c, d in backward)
+    return inside / total if total > 0 else 0.0

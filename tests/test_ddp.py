@@ -191,3 +191,19 @@ def test_overlap_shortens_the_step_on_the_emulated_network(pinned4):
     # the model leaves out Python's cost per message and per wake-up: a lower bound, not far below
     assert c.model.sequential < c.sequential < 2.0 * c.model.sequential, c
     assert c.model.overlapped < c.overlapped < 2.0 * c.model.overlapped, c
+
+
+def test_a_given_plan_in_model_order_still_trains_right_but_starts_its_buckets_backwards():
+    layers = mlp.init_deep(SMALL, seed=1)
+    X, T = mlp.make_data(48, SMALL[0], SMALL[-1], seed=2)
+    sizes = [a.nbytes // 2 for a in ddp.param_arrays(layers)]     # float32 bytes
+    forward = ddp.BucketPlan((ddp.Bucket((0, 1, 2, 3), sum(sizes[:4])), ddp.Bucket((4, 5, 6, 7), sum(sizes[4:]))),
+                             cap_bytes=10**6)
+    setup = ddp.DDPSetup(steps=2, plan=forward)
+    with cl.Cluster(3) as cluster:
+        run = ddp.run_ddp(cluster, layers, X, T, setup)
+    np.testing.assert_allclose(run.ranks[2].weights, ddp.serial_train(layers, X, T, setup), rtol=0, atol=2e-6)
+    # backward finishes bucket 1 (the last layers) first: a plan in model order is started backwards
+    assert run.started_params() == [[[(4, 5, 6, 7), (0, 1, 2, 3)]] * 2] * 3
+    expected = ddp.step_traffic(forward, 3)
+    assert list(run.stats.bytes.sum(axis=1)) == list(2 * expected.bytes_per_rank)

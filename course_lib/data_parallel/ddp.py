@@ -125,10 +125,15 @@ class DDPSetup:
     optimizer: str = "sgd"           # "sgd" or "adam" (:class:`~.model.Adam`)
     lr: float = 0.05
     seconds_per_flop: float = 0.0    # emulated compute: layer i's backward padded to this x its FLOPs
+    plan: BucketPlan | None = None   # buckets given outright (e.g. by an exercise); else by cap_bytes
 
     def __post_init__(self):
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
+
+    def plan_of(self, layers) -> BucketPlan:
+        """The buckets of this run: :attr:`plan`, or :func:`plan_for` the cap (float32)."""
+        return self.plan if self.plan is not None else plan_for(layers, self.cap_bytes, 4)
 
 
 def backward_flops(layers, batch: int) -> list[int]:
@@ -237,7 +242,7 @@ def ddp_train(comm, layers, X, T, setup: DDPSetup) -> RankResult:
     rows = slice(comm.rank * X.shape[0] // p, (comm.rank + 1) * X.shape[0] // p)
     Xr, Tr = X[rows].astype(np.float32), T[rows].astype(np.float32)
     w = dpm.flatten_layers(layers, np.float32)
-    plan, offsets = plan_for(layers, setup.cap_bytes, 4), param_offsets(layers)
+    plan, offsets = setup.plan_of(layers), param_offsets(layers)
     pad = [setup.seconds_per_flop * f for f in backward_flops(layers, Xr.shape[0])]
     adam = dpm.Adam(lr=setup.lr).init(w.size) if setup.optimizer == "adam" else None
     out = RankResult(w)
@@ -281,6 +286,10 @@ class DDPRun:
     def median_step(self) -> float:
         return float(np.median(self.step_seconds))
 
+    def started_params(self) -> list[list[list[tuple[int, ...]]]]:
+        """[rank][step]: the parameters of each bucket, in the order its allreduce started."""
+        return [[[self.plan.buckets[i].params for i, _ in step.started] for step in r.steps] for r in self.ranks]
+
 
 def lesson_network():
     """The emulated network of the lesson's runs (:data:`LATENCY_S`, :data:`BANDWIDTH_BPS`)."""
@@ -293,7 +302,7 @@ def run_ddp(cluster, layers, X, T, setup: DDPSetup, network=None) -> DDPRun:
     """:func:`ddp_train` on every worker of ``cluster`` (with ``network`` for this run)."""
     kwargs = {} if network is None else {"network": network}
     res = cluster.run(ddp_train, layers, X, T, setup, **kwargs)
-    return DDPRun(list(res), plan_for(layers, setup.cap_bytes, 4), res.stats, res.timeline)
+    return DDPRun(list(res), setup.plan_of(layers), res.stats, res.timeline)
 
 
 # ----------------------------------------------------------------------------- the model
@@ -386,7 +395,7 @@ class OverlapComparison:
 def predict_step(layers, batch: int, setup: DDPSetup, p: int, network) -> StepModel:
     """:func:`model_step` for the run ``setup`` of ``batch`` rows over p ranks on ``network``."""
     seconds = [setup.seconds_per_flop * f for f in backward_flops(layers, batch // p)]
-    return model_step(plan_for(layers, setup.cap_bytes, 4), seconds, p, costs.CostModel.from_network(network))
+    return model_step(setup.plan_of(layers), seconds, p, costs.CostModel.from_network(network))
 
 
 def compare_overlap(cluster, layers, X, T, setup: DDPSetup, network) -> OverlapComparison:

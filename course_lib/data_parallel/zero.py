@@ -39,7 +39,7 @@ from course_lib.reference.ex08 import shard_range  # noqa: F401 (question ex08_3
 from course_lib.reference.ex08 import zero_bytes_per_param as _zero_bytes_per_param  # question ex08_4
 
 from ..model_parallel.mlp import init_deep, layer_backward, layer_forward, make_data
-from ..problems import contiguous_shards
+from ..problems import contiguous_shards  # the runs cut as reduce_scatter does, whatever ex08_3 answers
 from .model import Adam, flatten_layers, layer_ranges, layer_sizes
 
 CATEGORIES = ("params fp16", "grads fp16", "optimizer fp32", "gathered params", "gradient bucket")
@@ -52,12 +52,6 @@ def zero_bytes_per_param(stage: int, n_ranks: int) -> float:
     if stage not in (0, 1, 2, 3):
         raise ValueError(f"stage must be 0 (plain DP), 1, 2 or 3, got {stage}")
     return _zero_bytes_per_param(stage, n_ranks)
-
-
-def _chunk(n: int, n_ranks: int, rank: int) -> tuple[int, int]:
-    """Chunk ``rank`` as ``comm.reduce_scatter`` cuts (``np.array_split``): the runs use the course's
-    one cut, :func:`course_lib.problems.contiguous_shards`, not the exercise's ``shard_range``."""
-    return contiguous_shards(n, n_ranks)[rank]
 
 
 def zero_bytes_per_step(stage: int, n_params: int, n_ranks: int, itemsize: int = 2) -> int:
@@ -129,10 +123,10 @@ def owned_pieces(sizes: list[int], stage: int, n_ranks: int, rank: int) -> list[
     """Flat ``[start, stop)`` ranges rank owns: stage 1 one chunk of the whole vector, stages 2-3
     chunk ``rank`` of every layer (each layer is reduce-scattered on its own)."""
     if stage <= 1:
-        return [_chunk(sum(sizes), n_ranks, rank)]
+        return [contiguous_shards(sum(sizes), n_ranks)[rank]]
     starts = np.cumsum([0] + list(sizes))
     return [(int(a) + s, int(a) + e) for a, n in zip(starts, sizes)
-            for s, e in [_chunk(n, n_ranks, rank)]]
+            for s, e in [contiguous_shards(n, n_ranks)[rank]]]
 
 
 @dataclass
@@ -156,7 +150,7 @@ class _RankState:
         if self.stage < 3:
             flat = self.params16[a:b]
         else:
-            s, e = _chunk(b - a, self.comm.size, self.comm.rank)
+            s, e = contiguous_shards(b - a, self.comm.size)[self.comm.rank]
             off = self._shard_offset(i)
             parts = self.comm.allgather(self.params16[off:off + e - s])
             flat = self.ledger.hold("gathered", "gathered params", np.concatenate(parts))
@@ -264,7 +258,7 @@ def zero_worker(comm, stage: int, cfg: ZeroConfig, dp_by_layer: bool = False) ->
     (the reduction order of stages 2-3) instead of the whole gradient after backward (stage 1's)."""
     layers = [(W.astype(np.float32), b.astype(np.float32)) for W, b in init_deep(cfg.widths, cfg.seed)]
     X, T = make_data(cfg.batch, cfg.widths[0], cfg.widths[-1], cfg.data_seed)
-    lo, hi = _chunk(cfg.batch, comm.size, comm.rank)
+    lo, hi = contiguous_shards(cfg.batch, comm.size)[comm.rank]
     X, T = X[lo:hi].astype(np.float32), T[lo:hi].astype(np.float32)
     st = _init_rank(comm, stage, cfg, dp_by_layer, layers)
     losses = [_train_step(st, layers, X, T, cfg.batch) for _ in range(cfg.steps)]

@@ -1,6 +1,6 @@
 """Reference answers of the exercise questions: instructor-only, left out of the student release.
 
-One module per graded lesson, ``ex00`` ... ``ex07``, holds the reference implementation of every
+One module per graded lesson, ``ex00`` ... ``ex08``, holds the reference implementation of every
 function an exercise question asks for, under the name and with the parameters the question
 gives it. These modules are the one home of those functions: the library imports them from
 here where it needs them (the gossip runtime its mixing matrix and gossip step, the parameter
@@ -61,6 +61,10 @@ QUESTIONS = {
     "ex07_2": "place_ranks",
     "ex07_3": "ring_allreduce_seconds",
     "ex07_4": "next_group",
+    "ex08_1": "assign_buckets",
+    "ex08_2": "update_scale",
+    "ex08_3": "shard_range",
+    "ex08_4": "zero_bytes_per_param",
 }
 
 #: question id -> position of the parameter that the library may give as an array, where the

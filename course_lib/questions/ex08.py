@@ -44,6 +44,8 @@ def assert_buckets(fn, param_nbytes, cap_bytes, want):
         hint = " Backward makes the LAST parameter's gradient first: the first bucket starts there."
     elif any(s > cap_bytes and len(b) > 1 for s, b in zip(sizes, got)):
         hint = f" Buckets of {sizes} bytes: a bucket of several parameters must stay within the cap."
+    elif len(got) > len(want) and cap_bytes in [sum(param_nbytes[q] for q in b) for b in want]:
+        hint = " A bucket may hold exactly cap_bytes: it closes only when the next parameter would pass the cap."
     assert got == want, (f"parameters of {list(param_nbytes)} bytes (model order) with a cap of {cap_bytes} bytes: "
                          f"expected {want}, got {got}.{hint}")
 

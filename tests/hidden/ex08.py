@@ -21,6 +21,12 @@ def other_sizes_and_caps(ns):
     for sizes, cap in [([10, 1, 1], 4), ([1, 10, 1], 4), ([10, 20], 4), ([1, 2, 3, 4], 100), ([5], 5),
                        ([4, 0, 4, 0, 4, 0], 4), ([3, 5, 2], 7), (list(range(1, 40)), 50), ([7] * 9, 21)]:
         assert_buckets(fn, sizes, cap, assign_buckets(sizes, cap))
+    rng = np.random.default_rng(8)
+    for _ in range(200):
+        sizes = [int(n) for n in rng.integers(0, 60, size=rng.integers(1, 25))]
+        cap = int(rng.integers(1, 150))
+        assert_buckets(fn, sizes, cap, assign_buckets(sizes, cap))
+    assert_buckets(fn, [], 10, [])                          # no parameters, no bucket
     # three workers, a deeper stack, a cap of two layers' weights
     widths = (5, 7, 7, 7, 2)
     sizes = [4 * n for a, b in zip(widths[:-1], widths[1:]) for n in (a * b, b)]

@@ -11,7 +11,7 @@ from course_lib.questions.ex07 import (
     assert_ring_seconds,
     every_state,
 )
-from course_lib.reference.ex07 import place_ranks, ring_allreduce_seconds
+from course_lib.reference.ex07 import next_group, place_ranks, ring_allreduce_seconds
 
 
 @hidden_check("ex07_1")
@@ -46,6 +46,8 @@ def every_link_of_the_table(ns):
 def every_state_and_three_real_jobs(ns):
     fn = ns["next_group"]
     for n_groups in range(1, 6):
-        assert_next_groups(fn, n_groups, every_state(n_groups))
+        cases = [(current, finished, next_group(current, finished, n_groups))
+                 for current, finished in every_state(n_groups)]
+        assert_next_groups(fn, n_groups, cases)
     # three real jobs finishing at different times: each one's slices go to those still running
     assert_gang_run(fn, (3, 12, 30), 0.008)

@@ -130,6 +130,20 @@ LESSONS = (
                'launched and how it maps to `torch.distributed` / NCCL; real links from one hardware table '
                'priced with the cost model; two jobs sharing the cores, gang-scheduled (SIGSTOP/SIGCONT time '
                'slices) against uncoordinated, and a job whose workers start late, measured')),
+    Lesson("08", "data_parallelism_in_practice",
+           'Data parallelism as it is practised: memory, overlapped buckets, mixed precision, ZeRO',
+           time='50 / 35 min', package='data_parallel',
+           questions=('ex08_1', 'ex08_2', 'ex08_3', 'ex08_4'),
+           tests=('test_dp_model.py', 'test_dp_memory.py', 'test_mixed_precision.py', 'test_iallreduce.py',
+                  'test_ddp.py', 'test_zero.py', 'test_compression.py', 'test_lesson08.py'),
+           summary=(
+               'bytes per parameter of mixed-precision Adam (2 + 2 + 12) and activations against batch size, '
+               "measured from a worker's arrays; DDP's buckets in reverse layer order allreduced with "
+               '`iallreduce` while backward goes on (timeline, step time against bucket size beside the '
+               'alpha-beta model, equal to serial training); fp16 with fp32 master weights and dynamic loss '
+               'scaling against a run that underflows; ZeRO stages 1-3 by reduce-scatter and allgather (memory '
+               'per worker and bytes per step measured against the formulas, the same model as plain data '
+               'parallel); top-k gradient compression with and without error feedback')),
 )
 
 BY_NUMBER = {lesson.number: lesson for lesson in LESSONS}

@@ -9,6 +9,7 @@ import re
 import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -86,6 +87,25 @@ class ExecutedNotebook:
         """Everything its code cells printed (stream outputs), in order."""
         return "".join(o.get("text", "") for c in self.notebook.cells if c.cell_type == "code"
                        for o in c.outputs)
+
+    def slowest_cells(self, k: int = 3) -> str:
+        """Where the time went, for a budget failure: the kernel's start and the k slowest cells
+        (nbclient stamps each cell's start and end in its metadata)."""
+        spans = []
+        for i, c in enumerate(self.notebook.cells):
+            stamps = c.get("metadata", {}).get("execution", {})
+            if "iopub.execute_input" in stamps and "shell.execute_reply" in stamps:
+                start, end = (datetime.fromisoformat(stamps[key].replace("Z", "+00:00"))
+                              for key in ("iopub.execute_input", "shell.execute_reply"))
+                first = next((line for line in c.source.splitlines() if line.strip()), "")
+                spans.append((start, end, i, first[:60]))
+        if not spans:
+            return "no cell timings recorded"
+        cells = sorted(spans, key=lambda sp: sp[0] - sp[1])[:k]     # longest first
+        cell_total = sum((end - start).total_seconds() for start, end, _, _ in spans)
+        parts = [f"cell {i}: {(end - start).total_seconds():.1f} s ({line!r})" for start, end, i, line in cells]
+        return (f"cells took {cell_total:.1f} s of {self.seconds:.1f} s (the rest: starting the kernel, "
+                f"between cells); slowest: " + "; ".join(parts))
 
     @property
     def errors(self) -> list[str]:

@@ -37,7 +37,8 @@ def test_lesson_notebook_executes(path, start_method, executed_notebook):
     ran = executed_notebook(path, start_method)
     print(f"{path.name} under {start_method}: {ran.seconds:.1f} s")
     assert not ran.errors, f"{path.name} under {start_method}: {ran.errors}"
-    assert ran.seconds < LOADED_BUDGET_S, f"{path.name}: {ran.seconds:.0f} s (budget under load {LOADED_BUDGET_S:g} s)"
+    assert ran.seconds < LOADED_BUDGET_S, (
+        f"{path.name}: {ran.seconds:.0f} s (budget under load {LOADED_BUDGET_S:g} s); {ran.slowest_cells()}")
 
 
 @pytest.mark.slow

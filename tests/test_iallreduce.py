@@ -48,16 +48,18 @@ def _many(comm):
     reqs = [comm.iallreduce(x * k) for k in range(1, 6)]
     x[:] = -100.0                      # the request copied x when it started
     first = reqs[0].wait()
-    flags = [r.test()[0] for r in reqs[1:]]
-    rest = Request.waitall(reqs[1:])
-    return first, rest, flags, reqs[0].test()
+    tested = [r.test() for r in reqs[1:]]             # a request that test() completes gives its value there
+    waited = Request.waitall(reqs[1:])                # and is inactive after: waiting on it gives None
+    rest = [value if done else late for (done, value), late in zip(tested, waited)]
+    return first, rest, [done for done, _ in tested], reqs[0].test()
 
 
 def test_several_requests_complete_in_order_with_their_own_data():
     p = 3
     total = p * (p + 1) / 2
     with Cluster(p, timeout=30) as cluster:
-        for first, rest, _, after in cluster.run(_many):
+        for first, rest, done, after in cluster.run(_many):
+            assert done == sorted(done, reverse=True), f"a later request finished before an earlier one: {done}"
             assert np.array_equal(first, np.full(4, total))
             for k, value in enumerate(rest, start=2):
                 assert np.array_equal(value, np.full(4, k * total))
@@ -71,7 +73,8 @@ def _test_before_done(comm):
 
 
 def test_test_says_not_done_while_the_emulated_network_delivers():
-    with Cluster(2, timeout=30, network=Network(latency=0.05)) as cluster:
+    # 0.3 s of emulated latency: a test() even a busy machine delays that long is not on this path
+    with Cluster(2, timeout=30, network=Network(latency=0.3)) as cluster:
         for early, value in cluster.run(_test_before_done):
             assert early == (False, None)
             assert np.array_equal(value, np.full(3, 2.0))

@@ -18,23 +18,16 @@ TARGET = 0.8
 def measure():
     from course_lib import Cluster
     from course_lib.data_parallel import ddp
-    from course_lib.mapreduce.blas import BLAS_VARS, pin_blas
+    from course_lib.mapreduce.blas import pinned_blas
     from course_lib.model_parallel import mlp
 
-    saved = {var: os.environ.get(var) for var in BLAS_VARS}
-    pin_blas(1)   # one BLAS thread per worker: 4 ranks share a laptop's cores (a thread pool each thrashes)
-    try:
-        layers = mlp.init_deep(ddp.WIDTHS, seed=0)
-        X, T = mlp.make_data(BATCH, ddp.WIDTHS[0], ddp.WIDTHS[-1], seed=1)
-        setup = ddp.DDPSetup(steps=STEPS, seconds_per_flop=ddp.SECONDS_PER_FLOP)
-        with Cluster(P, start_method="spawn") as cluster:   # spawned workers load numpy pinned
-            return ddp.compare_overlap(cluster, layers, X, T, setup, ddp.lesson_network())
-    finally:
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
+    layers = mlp.init_deep(ddp.WIDTHS, seed=0)
+    X, T = mlp.make_data(BATCH, ddp.WIDTHS[0], ddp.WIDTHS[-1], seed=1)
+    setup = ddp.DDPSetup(steps=STEPS, seconds_per_flop=ddp.SECONDS_PER_FLOP)
+    # one BLAS thread per worker: 4 ranks share a laptop's cores (a thread pool each thrashes);
+    # spawned workers load numpy pinned
+    with pinned_blas(1), Cluster(P, start_method="spawn") as cluster:
+        return ddp.compare_overlap(cluster, layers, X, T, setup, ddp.lesson_network())
 
 
 def run() -> None:

@@ -31,20 +31,10 @@ def _per_iteration(cluster, X, Y):
 
 
 def measure() -> dict:
-    import os
+    from course_lib.mapreduce.blas import pinned_blas
 
-    from course_lib.mapreduce.blas import BLAS_VARS, pin_blas
-
-    saved = {v: os.environ.get(v) for v in BLAS_VARS}
-    pin_blas(1)  # inherited by the spawned workers; restored below for the other benchmarks
-    try:
+    with pinned_blas(1):  # inherited by the spawned workers; restored after, for the other benchmarks
         return _measure()
-    finally:
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
 
 
 def _measure() -> dict:

@@ -113,6 +113,14 @@ class ExecutedNotebook:
                 for o in c.outputs if o.output_type == "error"]
 
 
+def line(ran, start: str) -> str:
+    """The one line the notebook ``ran`` printed that starts with ``start`` (a claim test reads
+    its numbers from there; two such lines would make the claim ambiguous)."""
+    found = [x for x in ran.printed.splitlines() if x.startswith(start)]
+    assert len(found) == 1, (start, found)
+    return found[0]
+
+
 def execute_notebook(path: Path, start_method: str = "default") -> ExecutedNotebook:
     """Execute ``path`` headless (nbclient, in its own folder), as a student would, under
     ``start_method`` ("default" keeps the platform's); time its cells; read its values back."""

@@ -9,7 +9,7 @@ import course_lib as cl
 from course_lib import costs
 from course_lib.data_parallel import ddp
 from course_lib.data_parallel import model as dpm
-from course_lib.mapreduce.blas import BLAS_VARS, pin_blas
+from course_lib.mapreduce.blas import pinned_blas
 from course_lib.model_parallel import mlp
 
 
@@ -17,19 +17,8 @@ from course_lib.model_parallel import mlp
 def pinned4():
     """4 workers spawned with one BLAS thread each (forked from pytest they would inherit an
     unpinned OpenBLAS whose thread pools thrash on 2 cores: 4 ms layers took 200-400 ms)."""
-    import os
-
-    saved = {var: os.environ.get(var) for var in BLAS_VARS}
-    pin_blas(1)
-    try:
-        with cl.Cluster(4, start_method="spawn") as cluster:
-            yield cluster
-    finally:
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
+    with pinned_blas(1), cl.Cluster(4, start_method="spawn") as cluster:
+        yield cluster
 
 
 def _params(plan):

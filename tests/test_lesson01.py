@@ -12,18 +12,11 @@ import pytest
 
 from course_lib.mapreduce import server_link_time, words_per_iteration
 
-from common import LOADED_BUDGET_S, NOTEBOOKS
+from common import LOADED_BUDGET_S, NOTEBOOKS, line
 
 NOTEBOOK = NOTEBOOKS / "01_mapreduce_gd.ipynb"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timing, pytest.mark.xdist_group(NOTEBOOK.stem)]
-
-
-def line(ran, start: str) -> str:
-    """The one printed line that starts with ``start``."""
-    found = [x for x in ran.printed.splitlines() if x.startswith(start)]
-    assert len(found) == 1, (start, found)
-    return found[0]
 
 
 def test_runs_headless_within_the_budget(ran):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common import NOTEBOOKS
+from common import NOTEBOOKS, line
 
 NOTEBOOK = NOTEBOOKS / "03_async_parameter_server.ipynb"
 
@@ -38,13 +38,6 @@ def test_sparse_updates_collide_less_than_dense_ones_and_the_lock_removes_collis
     for name in hog:
         assert collisions(hog[name][3], problems[name]) == 0
         assert hog[name][2].loss < 1.5 * hog[name][0]                # "reach the serial loss"
-
-
-def line(ran, start: str) -> str:
-    """The one printed line that starts with ``start``."""
-    found = [x for x in ran.printed.splitlines() if x.startswith(start)]
-    assert len(found) == 1, (start, found)
-    return found[0]
 
 
 def test_runs_headless_without_errors_within_the_budget(ran):

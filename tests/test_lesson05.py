@@ -24,19 +24,12 @@ from course_lib.ps.crossover import (
 from course_lib.ps.join import moving_keys
 from course_lib.ps.tasks import delayed_sgd
 
-from common import LOADED_BUDGET_S, NOTEBOOKS
+from common import LOADED_BUDGET_S, NOTEBOOKS, line
 
 NOTEBOOK = NOTEBOOKS / "05_parameter_server_internals.ipynb"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timing, pytest.mark.xdist_group(NOTEBOOK.stem)]
 
-
-
-def line(ran, start: str) -> str:
-    """The one printed line that starts with ``start``."""
-    found = [x for x in ran.printed.splitlines() if x.startswith(start)]
-    assert len(found) == 1, (start, found)
-    return found[0]
 
 
 def test_runs_headless_without_errors_within_the_budget(ran):

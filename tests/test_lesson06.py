@@ -11,18 +11,11 @@ import pytest
 
 import course_lib.model_parallel as mp
 
-from common import LOADED_BUDGET_S, NOTEBOOKS
+from common import LOADED_BUDGET_S, NOTEBOOKS, line
 
 NOTEBOOK = NOTEBOOKS / "06_model_and_pipeline_parallel.ipynb"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timing, pytest.mark.xdist_group(NOTEBOOK.stem)]
-
-
-def line(ran, start: str) -> str:
-    """The one printed line that starts with ``start``."""
-    found = [x for x in ran.printed.splitlines() if x.startswith(start)]
-    assert len(found) == 1, (start, found)
-    return found[0]
 
 
 def test_runs_headless_without_errors_within_the_budget(ran):

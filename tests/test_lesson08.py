@@ -13,18 +13,11 @@ from course_lib.data_parallel import memory as mem
 from course_lib.data_parallel import mixed_precision as mpx
 from course_lib.data_parallel import zero
 
-from common import LOADED_BUDGET_S, NOTEBOOKS
+from common import LOADED_BUDGET_S, NOTEBOOKS, line
 
 NOTEBOOK = NOTEBOOKS / "08_data_parallelism_in_practice.ipynb"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timing, pytest.mark.xdist_group(NOTEBOOK.stem)]
-
-
-def line(ran, start: str) -> str:
-    """The one printed line that starts with ``start``."""
-    found = [x for x in ran.printed.splitlines() if x.startswith(start)]
-    assert len(found) == 1, (start, found)
-    return found[0]
 
 
 def test_runs_headless_within_the_budget(ran):

@@ -155,6 +155,20 @@ def test_pin_blas_sets_the_environment(monkeypatch):
     assert os.environ["OPENBLAS_NUM_THREADS"] == "1" and os.environ["MKL_NUM_THREADS"] == "1"
 
 
+def test_pinned_blas_restores_what_was_there_even_after_an_error(monkeypatch):
+    from course_lib.mapreduce.blas import BLAS_VARS, pinned_blas
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    before = {var: os.environ.get(var) for var in BLAS_VARS}
+    with pytest.raises(RuntimeError, match="inside"):
+        with pinned_blas(1):
+            assert all(os.environ[var] == "1" for var in BLAS_VARS)
+            raise RuntimeError("inside")
+    assert {var: os.environ.get(var) for var in BLAS_VARS} == before
+    assert os.environ["OMP_NUM_THREADS"] == "3" and "OPENBLAS_NUM_THREADS" not in os.environ
+
+
 # ---------------------------------------------------------------- real processes
 @pytest.fixture(scope="module")
 def cluster5():

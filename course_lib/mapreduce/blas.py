@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 
 BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
              "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -29,6 +30,25 @@ def pin_blas(threads: int = 1) -> bool:
     for var in BLAS_VARS:
         os.environ[var] = str(int(threads))
     return "numpy" not in sys.modules
+
+
+@contextmanager
+def pinned_blas(threads: int = 1):
+    """Within the block, the BLAS variables say ``threads``; after it, what they said before.
+
+    For a benchmark or test in a process whose numpy is already loaded: the variables act only on
+    the workers it *spawns* in the block (they import numpy afresh), and are restored so that what
+    runs next in the process sees the environment it started with."""
+    saved = {var: os.environ.get(var) for var in BLAS_VARS}
+    pin_blas(threads)
+    try:
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
 def blas_env() -> dict:

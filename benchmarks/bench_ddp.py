@@ -17,7 +17,7 @@ TARGET = 0.8
 
 def measure():
     from course_lib import Cluster
-    from course_lib.data_parallel import ddp
+    from course_lib.data_parallel import ddp, overlap
     from course_lib.mapreduce.blas import pinned_blas
     from course_lib.model_parallel import mlp
 
@@ -27,7 +27,7 @@ def measure():
     # one BLAS thread per worker: 4 ranks share a laptop's cores (a thread pool each thrashes);
     # spawned workers load numpy pinned
     with pinned_blas(1), Cluster(P, start_method="spawn") as cluster:
-        return ddp.compare_overlap(cluster, layers, X, T, setup, ddp.lesson_network())
+        return overlap.compare_overlap(cluster, layers, X, T, setup, ddp.lesson_network())
 
 
 def run() -> None:

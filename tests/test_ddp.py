@@ -7,7 +7,7 @@ import pytest
 
 import course_lib as cl
 from course_lib import costs
-from course_lib.data_parallel import ddp
+from course_lib.data_parallel import ddp, overlap
 from course_lib.data_parallel import model as dpm
 from course_lib.mapreduce.blas import pinned_blas
 from course_lib.model_parallel import mlp
@@ -82,7 +82,7 @@ def test_model_step_by_hand():
     # 3 layers of 1, 2, 3 s: backward makes params 4, 5 at 3 s, 2, 3 at 5 s, 0, 1 at 6 s.
     plan = ddp.assign_buckets([4, 0, 4, 0, 4, 0], cap_bytes=4)   # (5, 4, 3), (2, 1), (0,)
     assert _params(plan) == [(5, 4, 3), (2, 1), (0,)]
-    m = ddp.model_step(plan, [1.0, 2.0, 3.0], p=2, cost=costs.CostModel(alpha=0.5, beta=0.25))
+    m = overlap.model_step(plan, [1.0, 2.0, 3.0], p=2, cost=costs.CostModel(alpha=0.5, beta=0.25))
     # c = 2 (p-1) alpha + 2 (p-1)/p n beta = 1 + 4 / 4 = 2 per bucket
     assert m.ready == (5.0, 6.0, 6.0) and m.comm == pytest.approx((2.0, 2.0, 2.0))
     assert m.finish == pytest.approx((7.0, 9.0, 11.0))
@@ -93,7 +93,7 @@ def test_model_small_buckets_pay_latency_and_one_bucket_does_not_overlap():
     layers = mlp.init_deep(ddp.WIDTHS, seed=0)
     cost = costs.CostModel(alpha=0.5e-3, beta=1 / 130e6)
     seconds = [1e-9 * f for f in ddp.backward_flops(layers, 16)]
-    step = {cap: ddp.model_step(ddp.plan_for(layers, cap), seconds, 4, cost) for cap in (1_000, 800_000, 10**8)}
+    step = {cap: overlap.model_step(ddp.plan_for(layers, cap), seconds, 4, cost) for cap in (1_000, 800_000, 10**8)}
     assert step[10**8].overlapped == pytest.approx(step[10**8].sequential)      # one bucket: nothing overlaps
     assert step[800_000].overlapped < 0.8 * step[10**8].overlapped
     assert step[800_000].overlapped < 0.8 * step[1_000].overlapped
@@ -142,20 +142,20 @@ def test_overlapped_allreduce_starts_during_backward_and_the_baseline_after_it(p
     layers = mlp.init_deep(ddp.WIDTHS, seed=0)
     X, T = mlp.make_data(32, ddp.WIDTHS[0], ddp.WIDTHS[-1], seed=1)
     setup = ddp.DDPSetup(steps=2, seconds_per_flop=ddp.SECONDS_PER_FLOP)
-    runs = ddp.compare_overlap(pinned4, layers, X, T, setup, ddp.lesson_network()).runs
-    for overlap, run in runs.items():
+    runs = overlap.compare_overlap(pinned4, layers, X, T, setup, ddp.lesson_network()).runs
+    for overlapped, run in runs.items():
         for r, rank in zip(run.ranks, range(4)):
             for step in r.steps:
                 last_layer_end = max(e.end for e in run.timeline.of(rank, "compute")
                                      if e.label == "B0" and step.start <= e.start <= step.end)
                 first_start = step.started[0][1]
-                assert (first_start < last_layer_end) == overlap
+                assert (first_start < last_layer_end) == overlapped
         sends_in_backward = sum(
             1 for c in run.timeline.of(0, "compute") if c.label.startswith("B")
             for s in run.timeline.of(0, "send") if c.start < s.start < c.end)
-        assert (sends_in_backward > 0) == overlap
+        assert (sends_in_backward > 0) == overlapped
         step = run.ranks[0].steps[-1]
-        assert (ddp.overlap_fraction(run.timeline, 0, step.start, step.end) > 0) == overlap
+        assert (overlap.overlap_fraction(run.timeline, 0, step.start, step.end) > 0) == overlapped
 
 
 def test_overlap_fraction_by_hand():
@@ -164,9 +164,9 @@ def test_overlap_fraction_by_hand():
     tl = Timeline([Event(0, "compute", 0.0, 1.0, "B1"), Event(0, "compute", 1.0, 2.0, "forward"),
                    Event(0, "send", 0.5, 1.5), Event(0, "recv", 1.5, 2.5), Event(1, "send", 0.0, 1.0)])
     # rank 0 talks 0.5-1.5 and 1.5-2.5 (2 s), of which 0.5-1.0 inside backward (B1): 1/4
-    assert ddp.overlap_fraction(tl, 0, 0.0, 3.0) == 0.25
-    assert ddp.overlap_fraction(tl, 0, 0.75, 3.0) == pytest.approx(0.25 / 1.75)   # clipped: 0.25 s of 1.75 s
-    assert ddp.overlap_fraction(tl, 1, 0.0, 3.0) == 0.0
+    assert overlap.overlap_fraction(tl, 0, 0.0, 3.0) == 0.25
+    assert overlap.overlap_fraction(tl, 0, 0.75, 3.0) == pytest.approx(0.25 / 1.75)   # clipped: 0.25 s of 1.75 s
+    assert overlap.overlap_fraction(tl, 1, 0.0, 3.0) == 0.0
 
 
 @pytest.mark.timing
@@ -174,7 +174,7 @@ def test_overlap_shortens_the_step_on_the_emulated_network(pinned4):
     layers = mlp.init_deep(ddp.WIDTHS, seed=0)
     X, T = mlp.make_data(64, ddp.WIDTHS[0], ddp.WIDTHS[-1], seed=1)
     setup = ddp.DDPSetup(steps=5, seconds_per_flop=ddp.SECONDS_PER_FLOP)
-    c = ddp.compare_overlap(pinned4, layers, X, T, setup, ddp.lesson_network())
+    c = overlap.compare_overlap(pinned4, layers, X, T, setup, ddp.lesson_network())
     assert c.model_ratio < 0.75
     assert c.ratio < 0.9, c          # measured 0.70-0.79 on 2 cores (model 0.68)
     # the model leaves out Python's cost per message and per wake-up: a lower bound, not far below

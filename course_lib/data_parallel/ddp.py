@@ -14,7 +14,6 @@ overlap are in :mod:`.overlap`. Compute here is emulated: each layer's backward 
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +22,7 @@ from course_lib.reference.ex08 import assign_buckets as _assign_buckets  # quest
 
 from .. import costs
 from ..model_parallel import mlp
+from ..model_parallel.pipeline import padded_compute
 from . import model as dpm
 
 #: Bucket cap of this lesson's runs. PyTorch's 25 MB is about a quarter of ResNet-50's 100 MB
@@ -172,18 +172,6 @@ class BucketReducer:
         return out
 
 
-def _padded(comm, label: str, seconds: float, fn):
-    """``fn()`` in a traced compute phase padded to ``seconds`` by sleeping, as lesson 06 pads
-    its pipeline ops: a sleep hands the CPU to the rank's communication thread."""
-    with comm.compute(label):
-        t0 = time.perf_counter()
-        out = fn()
-        rest = seconds - (time.perf_counter() - t0)
-        if rest > 0:
-            time.sleep(rest)
-    return out
-
-
 def ddp_backward(comm, layers, X, T, reducer: BucketReducer, pad_seconds) -> float:
     """Forward, then backward layer by layer from the last, handing each gradient to the
     reducer as soon as it exists (b before W: the reverse of the model order). Returns the
@@ -195,7 +183,7 @@ def ddp_backward(comm, layers, X, T, reducer: BucketReducer, pad_seconds) -> flo
     loss = float(0.5 * np.sum((acts[-1] - T) ** 2) / X.shape[0])
     d = (acts[-1] - T) / X.shape[0]
     for i in reversed(range(len(layers))):
-        dW, db, d = _padded(comm, f"B{i}", pad_seconds[i], lambda i=i, d=d: mlp.layer_backward(
+        dW, db, d = padded_compute(comm, f"B{i}", pad_seconds[i], lambda i=i, d=d: mlp.layer_backward(
             layers[i][0], acts[i], acts[i + 1], d, i == len(layers) - 1))
         reducer.add(2 * i + 1, db)
         reducer.add(2 * i, dW)

@@ -146,12 +146,12 @@ def stage_layers(n_layers: int, p: int):
     return split_ranges(n_layers, p)
 
 
-def _timed(comm, label, cost, fn):
-    """Run ``fn`` in a traced compute phase padded to last ``cost`` seconds.
+def padded_compute(comm, label, cost, fn):
+    """Run ``fn`` in a traced compute phase padded to last ``cost`` seconds (emulated compute).
 
     A fixed cost per op makes the schedule, not the machine's noise, decide the
     timeline; sleeping (not spinning) keeps it fair on a machine with fewer cores
-    than stages.
+    than stages, and hands the CPU to a rank's communication thread (lesson 08's DDP).
     """
     with comm.compute(label):
         t0 = time.perf_counter()
@@ -201,7 +201,7 @@ def pipeline_step(comm, layers, X, T, m: int, schedule: str = "gpipe",
     for op, i in stage_ops(schedule, p, m, s):
         if op == "F":
             a = X[rows[i]] if s == 0 else comm.recv(source=s - 1, tag=TAG_ACT)
-            acts = _timed(comm, f"F{i}", t_f, functools.partial(fwd, a))
+            acts = padded_compute(comm, f"F{i}", t_f, functools.partial(fwd, a))
             stash[i] = acts
             peak = max(peak, len(stash))
             if s < p - 1:
@@ -214,7 +214,7 @@ def pipeline_step(comm, layers, X, T, m: int, schedule: str = "gpipe",
                 d = (Y - Ti) / B      # 1/B of the whole batch: micro-batch grads add up
             else:
                 d = comm.recv(source=s + 1, tag=TAG_GRAD)
-            d_in = _timed(comm, f"B{i}", t_b, functools.partial(bwd, acts, d))
+            d_in = padded_compute(comm, f"B{i}", t_b, functools.partial(bwd, acts, d))
             if s > 0:
                 comm.send(d_in, s - 1, tag=TAG_GRAD)
     return {"layers": (lo, hi), "grads": grads, "loss": total_loss if s == p - 1 else None,

@@ -66,6 +66,22 @@ def test_several_requests_complete_in_order_with_their_own_data():
             assert after == (True, None)           # a completed request is inactive, as in mpi4py
 
 
+def _reuses_its_buffers(comm):
+    first = np.full(3, comm.rank + 1.0)
+    queued = np.full(3, 10.0 * (comm.rank + 1))
+    reqs = [comm.iallreduce(first), comm.iallreduce(queued)]
+    first[:] = -1.0           # the first is on the wire (50 ms a message), the second still queued:
+    queued[:] = -1.0          # neither may see these values
+    return Request.waitall(reqs)
+
+
+def test_the_caller_may_reuse_its_buffer_at_once():
+    with Cluster(2, timeout=30, network=Network(latency=0.05)) as cluster:
+        for first, queued in cluster.run(_reuses_its_buffers):
+            assert np.array_equal(first, np.full(3, 3.0))
+            assert np.array_equal(queued, np.full(3, 30.0))
+
+
 def _test_before_done(comm):
     req = comm.iallreduce(np.ones(3))
     early = req.test()

@@ -157,6 +157,25 @@ def test_returning_with_a_pending_request_is_an_error_naming_the_rank_and_the_cl
         assert cluster.run(lambda comm: comm.allreduce(comm.rank + 1)) == [3, 3]
 
 
+def _mismatched(comm):
+    req = comm.iallreduce(np.ones(3 + comm.rank))       # rank 0: 3 elements, rank 1: 4
+    queued = comm.iallreduce(np.ones(2))
+    errors = []
+    for r in (req, queued):
+        try:
+            r.wait()
+        except Exception as exc:                          # raised in the background thread
+            errors.append(f"{type(exc).__name__}: {exc}")
+    return errors
+
+
+def test_an_error_in_the_background_reaches_wait_and_fails_what_is_queued_behind():
+    with Cluster(2, timeout=30) as cluster:
+        for errors in cluster.run(_mismatched):
+            assert len(errors) == 2 and errors[0] == errors[1], errors
+            assert errors[0].startswith("CollectiveMismatch") and "shape" in errors[0], errors[0]
+
+
 def _peer_dies(comm):
     if comm.rank == 1:
         os._exit(3)

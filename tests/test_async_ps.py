@@ -237,6 +237,17 @@ def test_hogwild_sparse_close_to_serial(lock):
     assert res.loss == res.final_loss  # the name the notebook reads
 
 
+def test_hogwild_repeats_return_the_fastest_run_and_list_them_all():
+    p = make_sparse_problem(500, 300, 5, seed=1)
+    res = run_hogwild(p, n_workers=1, n_updates=2000, lr=0.5, repeats=3)
+    assert len(res.wall_times) == 3 and res.wall_time == min(res.wall_times)
+    assert np.array_equal(res.w, run_serial(p, 2000, 0.5).w)   # every repeat starts again from w = 0
+    assert len(run_hogwild(p, n_workers=1, n_updates=10).wall_times) == 1
+    with pytest.raises(ValueError, match="repeats"):
+        run_hogwild(p, n_workers=1, n_updates=10, repeats=0)
+    assert my_segments() == []
+
+
 def test_hogwild_worker_error_reaches_the_caller():
     def broken(w, idx, val, y, order, lr):
         raise ZeroDivisionError("boom")

@@ -23,10 +23,13 @@ def test_one_process_is_serial_sgd_and_the_verdicts_are_the_runs(ran):
 
 def test_two_lock_free_processes_split_the_work_and_beat_one_on_the_sparse_problem(ran):
     """The text: on two free cores two processes take about half the time (measured alone, in the
-    timing phase of make test); the margin allows a noisy machine: faster, not twice as fast."""
+    timing phase of make test; each time the fastest of 3 runs, as the text says); the margin
+    allows a noisy machine: faster, not twice as fast."""
     _, one, free, _ = ran.values["hog"]["sparse (5 of 2000)"]
     assert sum(len(s) for s in free.samples) == one.n_updates == 20000
-    assert free.wall_time < one.wall_time
+    assert len(one.wall_times) == len(free.wall_times) == 3
+    assert free.wall_time == min(free.wall_times) and one.wall_time == min(one.wall_times)
+    assert free.wall_time < one.wall_time, (one.wall_times, free.wall_times)
 
 
 def test_sparse_updates_collide_less_than_dense_ones_and_the_lock_removes_collisions(ran):

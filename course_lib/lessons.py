@@ -80,7 +80,8 @@ LESSONS = (
                'jumps), sync vs '
                'async against updates and wall time, remedies side by side (staleness-aware step, dropping, '
                'backup workers with the wait mu (H_{N+b} - H_b)), a worker killed mid-run; Hogwild! lock-free vs '
-               'locked vs serial with Omega / Delta / rho and counted collisions; FedAvg (E local steps) against '
+               'locked vs serial vs two processes that share nothing (timed in turns), with Omega / Delta / rho '
+               'and counted collisions; FedAvg (E local steps) against '
                'synchronous SGD in rounds and bytes, non-IID drift, a slow client waited for or left out')),
     Lesson("04", "gossip", 'Decentralized learning, gossip and D-PSGD',
            time='60 / 40 min', package='gossip',

@@ -8,6 +8,7 @@ wait matches mu (H_{N+b} - H_b); Hogwild! matches serial SGD on a sparse problem
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -246,6 +247,61 @@ def test_hogwild_repeats_return_the_fastest_run_and_list_them_all():
     with pytest.raises(ValueError, match="repeats"):
         run_hogwild(p, n_workers=1, n_updates=10, repeats=0)
     assert my_segments() == []
+
+
+def test_hogwild_variants_run_in_turns_and_each_keeps_its_fastest_run(monkeypatch):
+    from course_lib.async_ps import hogwild_timing, time_hogwild_variants
+
+    calls, real = [], hogwild_timing.run_hogwild
+
+    def spy(problem, **kwargs):
+        calls.append((kwargs["n_workers"], kwargs.get("lock", False), kwargs.get("apart", False)))
+        return real(problem, **kwargs)
+
+    monkeypatch.setattr(hogwild_timing, "run_hogwild", spy)
+    p = make_sparse_problem(500, 300, 5, seed=1)
+    runs = time_hogwild_variants(p, n_updates=2000, lr=0.5, repeats=2)
+    assert calls == [(1, False, False), (2, False, False), (2, True, False), (2, False, True)] * 2  # in turns
+    assert list(runs) == ["1 process", "lock-free x2", "locked x2", "share nothing x2"]
+    assert np.all(runs["share nothing x2"].w == 0)                   # each worker wrote its own copy only
+    assert runs["share nothing x2"].apart and not runs["lock-free x2"].apart
+    for r in runs.values():
+        assert len(r.wall_times) == 2 and r.wall_time == min(r.wall_times) and r.n_updates == 2000
+    assert runs["locked x2"].locked and not runs["lock-free x2"].locked and runs["lock-free x2"].n_workers == 2
+    assert np.array_equal(runs["1 process"].w, run_serial(p, 2000, 0.5).w)
+    with pytest.raises(ValueError, match="repeats"):
+        time_hogwild_variants(p, repeats=0)
+    assert my_segments() == []
+
+
+def test_hogwild_apart_runs_the_same_loop_on_private_copies():
+    from course_lib.async_ps import collisions, timed_worker
+
+    dense = make_sparse_problem(500, 30, 30, seed=0)
+    apart = run_hogwild(dense, n_workers=2, n_updates=3000, lr=0.3, apart=True, worker=timed_worker)
+    assert np.all(apart.w == 0) and apart.n_updates == 3000 and len(apart.spans[1]) == 1500
+    assert collisions(apart, dense) == 0.0                 # overlapping in time, but on private coordinates
+    with pytest.raises(ValueError, match="nothing to lock"):
+        run_hogwild(dense, n_workers=2, n_updates=10, apart=True, lock=True)
+
+
+@pytest.mark.timing  # a share of a core: measured alone
+def test_hogwild_reports_the_share_of_its_run_each_worker_held_a_core():
+    def sleeps(w, idx, val, y, order, lr):
+        time.sleep(0.2)
+        return len(order)
+
+    def spins(w, idx, val, y, order, lr):
+        start = time.perf_counter()
+        while time.perf_counter() - start < 0.2:
+            pass
+        return len(order)
+
+    p = make_sparse_problem(50, 20, 2)
+    asleep = run_hogwild(p, n_workers=2, n_updates=10, worker=sleeps)
+    busy = run_hogwild(p, n_workers=1, n_updates=10, worker=spins)
+    assert max(asleep.cpu_share) < 0.2, asleep.cpu_share      # asleep: no CPU time
+    assert busy.cpu_share[0] > 0.7, busy.cpu_share             # spinning alone: the whole core
 
 
 def test_hogwild_worker_error_reaches_the_caller():

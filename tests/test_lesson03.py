@@ -13,23 +13,31 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(NOTEBOOK.stem)]
 
 
 def test_one_process_is_serial_sgd_and_the_verdicts_are_the_runs(ran):
-    for name, (l_serial, one, free, _) in ran.values["hog"].items():
+    for name, (l_serial, one, free, locked, apart) in ran.values["hog"].items():
         assert one.loss == l_serial, name                     # same samples, same order: the same SGD
         faster = "faster" if free.wall_time < one.wall_time else "slower"
+        held = " and ".join(f"{s:.0%}" for s in free.cpu_share)
         assert (f"on this run, {name}: two lock-free processes were {faster} than one "
-                f"({one.wall_time / free.wall_time:.2f}x)") in ran.printed
+                f"({one.wall_time / free.wall_time:.2f}x) and held their cores {held} of the time; "
+                f"two that share nothing: {one.wall_time / apart.wall_time:.2f}x; "
+                f"the lock cost {locked.wall_time / free.wall_time:.2f}x the lock-free time") in ran.printed
+        assert all(0 < s < 1.05 for r in (one, free) for s in r.cpu_share), name
         assert "exactly" in ran.printed.split(f"on this run, {name}:")[1].splitlines()[0]
+        assert apart.apart and np.all(apart.w == 0) and not free.apart   # "no model comes of it"
 
 
-def test_two_lock_free_processes_split_the_work_and_beat_one_on_the_sparse_problem(ran):
-    """The text: on two free cores two processes take about half the time (measured alone, in the
-    timing phase of make test; each time the fastest of 3 runs, as the text says); the margin
-    allows a noisy machine: faster, not twice as fast."""
-    _, one, free, _ = ran.values["hog"]["sparse (5 of 2000)"]
-    assert sum(len(s) for s in free.samples) == one.n_updates == 20000
-    assert len(one.wall_times) == len(free.wall_times) == 3
+def test_lock_free_runs_about_as_fast_as_sharing_nothing_on_the_sparse_problem(ran):
+    """The text: against the ceiling of two processes that share nothing, two lock-free processes
+    take about as long on the sparse problem (each time the fastest of 5 runs in turns; measured
+    here 0.92-1.05x of it on a quiet machine, up to 1.6x beside a program taking 30 % of a core
+    in bursts). Both runs keep two cores busy, so this holds whatever this machine gives two
+    processes, where "two beat one" does not (the CI run at abb90ec measured 0.105 s against
+    0.100 s); the margin allows a noisy machine."""
+    _, one, free, _, apart = ran.values["hog"]["sparse (5 of 2000)"]
+    assert sum(len(s) for s in free.samples) == one.n_updates == apart.n_updates == 20000
+    assert len(one.wall_times) == len(free.wall_times) == len(apart.wall_times) == 5
     assert free.wall_time == min(free.wall_times) and one.wall_time == min(one.wall_times)
-    assert free.wall_time < one.wall_time, (one.wall_times, free.wall_times)
+    assert free.wall_time < 1.5 * apart.wall_time, (free.wall_times, apart.wall_times)
 
 
 def test_sparse_updates_collide_less_than_dense_ones_and_the_lock_removes_collisions(ran):
@@ -40,6 +48,7 @@ def test_sparse_updates_collide_less_than_dense_ones_and_the_lock_removes_collis
     assert collisions(hog[sparse][2], problems[sparse]) < collisions(hog[dense][2], problems[dense])
     for name in hog:
         assert collisions(hog[name][3], problems[name]) == 0
+        assert collisions(hog[name][4], problems[name]) == 0        # share nothing: nothing to collide on
         assert hog[name][2].loss < 1.5 * hog[name][0]                # "reach the serial loss"
 
 

@@ -27,58 +27,6 @@ from course_lib.reference.ex03 import hogwild_worker  # question ex03_3
 from .problems import SparseProblem, sample_order, serial_sparse_sgd, sparse_loss
 
 
-def timed_worker(w, idx, val, y, order, lr, lock=None):
-    """:func:`hogwild_worker` (or the locked loop), one sample at a time, recording each update's time span.
-
-    Returns ``{"n": count, "spans": (count, 2) array of perf_counter (read, written)}``, from
-    which :func:`collisions` counts the updates that overlapped a conflicting one.
-    """
-    spans = np.empty((len(order), 2))
-    clock = time.perf_counter
-    for k, i in enumerate(order):
-        one = (i,)
-        if lock is None:
-            spans[k, 0] = clock()
-            hogwild_worker(w, idx, val, y, one, lr)
-            spans[k, 1] = clock()
-        else:
-            with lock:
-                spans[k, 0] = clock()
-                hogwild_worker(w, idx, val, y, one, lr)
-                spans[k, 1] = clock()
-    return {"n": len(order), "spans": spans}
-
-
-def collisions(result: "HogwildResult", problem: SparseProblem) -> float:
-    """Fraction of updates whose read-modify-write overlapped in time with an update of
-    another worker on a shared coordinate (needs a run with ``worker=timed_worker``).
-
-    Such an update may have read a coordinate that the other was about to change, or had its
-    write overwritten: the lost or mixed updates that Hogwild!'s analysis bounds through rho.
-    """
-    if result.spans is None:
-        raise ValueError("run_hogwild(..., worker=timed_worker) records the spans this needs")
-    hit = 0
-    for a, (spans_a, samples_a) in enumerate(zip(result.spans, result.samples)):
-        clash = np.zeros(len(spans_a), bool)
-        for b, (spans_b, samples_b) in enumerate(zip(result.spans, result.samples)):
-            if a == b or len(spans_b) == 0:
-                continue
-            # b's spans are disjoint and in order: the ones overlapping [start, end) form a range.
-            lo = np.searchsorted(spans_b[:, 1], spans_a[:, 0], side="right")
-            hi = np.searchsorted(spans_b[:, 0], spans_a[:, 1], side="left")
-            for k in np.flatnonzero(hi > lo):
-                if clash[k]:
-                    continue
-                mine = problem.idx[samples_a[k]]
-                for m in range(lo[k], hi[k]):
-                    if np.intersect1d(mine, problem.idx[samples_b[m]], assume_unique=True).size:
-                        clash[k] = True
-                        break
-        hit += int(clash.sum())
-    return hit / max(1, sum(len(s) for s in result.spans))
-
-
 def locked_worker(w, idx, val, y, order, lr, lock):
     """The steps of :func:`hogwild_worker`, each one inside ``with lock:`` (read and write of w as one unit)."""
     for i in order:
@@ -88,14 +36,15 @@ def locked_worker(w, idx, val, y, order, lr, lock):
 
 
 class _Report(NamedTuple):
-    """What a worker process sends back: ``("ok", rank, start, end, count)`` or
-    ``("error", rank, repr(exception), traceback, None)``."""
+    """What a worker process sends back: ``("ok", rank, start, end, count, cpu)`` or
+    ``("error", rank, repr(exception), traceback, None, None)``."""
 
     status: str
     rank: int
     start: float | str    # perf_counter at the start (the exception's repr on error)
     end: float | str      # perf_counter at the end (the traceback on error)
     updates: object       # the worker's return value: a count, or timed_worker's dict
+    cpu: float | None     # process_time spent between start and end: the time it held a core
 
 
 def _entry(payload, rank, lock, barrier, conn):
@@ -104,15 +53,15 @@ def _entry(payload, rank, lock, barrier, conn):
         worker, w_sa, idx_sa, val_sa, y_sa, order, lr = cloudpickle.loads(payload)
         w, idx, val, y = w_sa.array, idx_sa.array, val_sa.array, y_sa.array
         barrier.wait(timeout=30)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if lock is None:
             n = worker(w, idx, val, y, order, lr)
         else:
             n = worker(w, idx, val, y, order, lr, lock=lock)
-        t1 = time.perf_counter()
-        conn.send(("ok", rank, t0, t1, n))
+        t1, c1 = time.perf_counter(), time.process_time()
+        conn.send(("ok", rank, t0, t1, n, c1 - c0))
     except BaseException as e:  # noqa: BLE001 - report everything to the parent
-        conn.send(("error", rank, repr(e), traceback.format_exc(), None))
+        conn.send(("error", rank, repr(e), traceback.format_exc(), None, None))
     finally:
         conn.close()
 
@@ -125,12 +74,14 @@ class HogwildResult:
     final_loss: float      # sparse_loss at the final w
     wall_time: float       # first start to last finish
     worker_times: list     # (start, end) per worker
+    cpu_share: list        # per worker, the share of its (start, end) it held a core: CPU time / wall time
     n_updates: int
     locked: bool
     n_workers: int
     spans: list | None = None     # per worker, (read, written) times of each update (timed_worker only)
     samples: list | None = None   # per worker, the samples it visited, in order
     wall_times: list | None = None  # every repeat's wall time; this result is the fastest repeat's
+    apart: bool = False     # each worker on a private copy of w (no model, no collision)
 
     @property
     def loss(self) -> float:
@@ -151,13 +102,16 @@ def _context(start_method):
 
 def run_hogwild(problem: SparseProblem, n_workers: int = 2, n_updates: int = 20000,
                 lr: float = 0.5, lock: bool = False, worker=None, seed: int = 0,
-                start_method=None, timeout: float = 60.0, repeats: int = 1) -> HogwildResult:
+                start_method=None, timeout: float = 60.0, repeats: int = 1, apart: bool = False) -> HogwildResult:
     """Run ``n_workers`` processes of Hogwild! (or the locked variant) on ``problem``.
 
     The ``n_updates`` samples are ``sample_order(n, n_updates, seed)`` dealt round-robin to
     the workers, so the serial baseline (``serial_sparse_sgd`` on the same order) makes the
     same number of updates on the same samples. ``worker`` replaces the worker loop
     (signature of :func:`hogwild_worker`, plus ``lock`` when ``lock=True``).
+
+    ``apart=True`` runs each worker on a private copy of ``w`` (:func:`on_private_copy`): the
+    time of the same loop with nothing shared, and no model.
 
     ``repeats`` runs the whole thing that many times, from w = 0 each time, and returns the
     fastest run (``wall_times`` lists them all). A run of 0.1 s is shorter than the time
@@ -172,12 +126,33 @@ def run_hogwild(problem: SparseProblem, n_workers: int = 2, n_updates: int = 200
         raise ValueError(f"need repeats >= 1, got {repeats}")
     if worker is None:
         worker = locked_worker if lock else hogwild_worker
+    if apart and lock:
+        raise ValueError("apart=True shares nothing, so there is nothing to lock")
+    if apart:
+        worker = on_private_copy(worker)
     ctx = _context(start_method)
-    runs = [_run_once(ctx, problem, n_workers, n_updates, lr, lock, worker, seed, timeout)
-            for _ in range(repeats)]
+    runs = [_run_once(ctx, problem, n_workers, n_updates, lr, lock, worker, seed, timeout) for _ in range(repeats)]
+    for run in runs:
+        run.apart = apart
+    return fastest_run(runs)
+
+
+def fastest_run(runs: list[HogwildResult]) -> HogwildResult:
+    """The run with the smallest wall time, carrying every run's wall time in ``wall_times``."""
     fastest = min(runs, key=lambda run: run.wall_time)
     fastest.wall_times = [run.wall_time for run in runs]
     return fastest
+
+
+def on_private_copy(worker):
+    """``worker`` run on a private copy of ``w``: the same loop, the same reads and writes, but
+    nothing shared, so no collision and no cache line moving between cores. No model comes of
+    it (the shared ``w`` stays at 0); it is the time two processes take when they do not
+    interfere at all, the ceiling Hogwild! is measured against."""
+    def apart(w, idx, val, y, order, lr):
+        return worker(np.array(w), idx, val, y, order, lr)
+
+    return apart
 
 
 def _run_once(ctx, problem, n_workers, n_updates, lr, lock, worker, seed, timeout) -> HogwildResult:
@@ -258,6 +233,7 @@ def _result(reports: list[_Report], samples, w, problem: SparseProblem, lock: bo
         w=w, final_loss=sparse_loss(problem.idx, problem.val, problem.y, w),
         wall_time=max(rep.end for rep in reports) - t_first,
         worker_times=[(rep.start - t_first, rep.end - t_first) for rep in reports],
+        cpu_share=[rep.cpu / max(rep.end - rep.start, 1e-9) for rep in reports],
         n_updates=sum(rep.updates for rep in reports), locked=lock, n_workers=len(reports),
         spans=spans, samples=samples)
 

@@ -131,9 +131,8 @@ def run_hogwild(problem: SparseProblem, n_workers: int = 2, n_updates: int = 200
     if apart:
         worker = on_private_copy(worker)
     ctx = _context(start_method)
-    runs = [_run_once(ctx, problem, n_workers, n_updates, lr, lock, worker, seed, timeout) for _ in range(repeats)]
-    for run in runs:
-        run.apart = apart
+    runs = [_run_once(ctx, problem, n_workers, n_updates, lr, lock, apart, worker, seed, timeout)
+            for _ in range(repeats)]
     return fastest_run(runs)
 
 
@@ -155,7 +154,7 @@ def on_private_copy(worker):
     return apart
 
 
-def _run_once(ctx, problem, n_workers, n_updates, lr, lock, worker, seed, timeout) -> HogwildResult:
+def _run_once(ctx, problem, n_workers, n_updates, lr, lock, apart, worker, seed, timeout) -> HogwildResult:
     """One run of :func:`run_hogwild`: fresh shared arrays, the workers, their result."""
     from course_lib.runtime.shm import SharedArray
 
@@ -170,7 +169,7 @@ def _run_once(ctx, problem, n_workers, n_updates, lr, lock, worker, seed, timeou
     finally:
         for a in arrays:
             a.release()
-    return _result(reports, samples, w, problem, lock)
+    return _result(reports, samples, w, problem, lock, apart)
 
 
 def _run_workers(ctx, worker, arrays, samples, lr, lock, timeout) -> list[_Report]:
@@ -222,7 +221,7 @@ def _stop(procs, conns) -> None:
         c.close()
 
 
-def _result(reports: list[_Report], samples, w, problem: SparseProblem, lock: bool) -> HogwildResult:
+def _result(reports: list[_Report], samples, w, problem: SparseProblem, lock: bool, apart: bool) -> HogwildResult:
     """Times relative to the first start; timed_worker's dicts split into counts and spans."""
     t_first = min(rep.start for rep in reports)
     spans = None
@@ -234,7 +233,7 @@ def _result(reports: list[_Report], samples, w, problem: SparseProblem, lock: bo
         wall_time=max(rep.end for rep in reports) - t_first,
         worker_times=[(rep.start - t_first, rep.end - t_first) for rep in reports],
         cpu_share=[rep.cpu / max(rep.end - rep.start, 1e-9) for rep in reports],
-        n_updates=sum(rep.updates for rep in reports), locked=lock, n_workers=len(reports),
+        n_updates=sum(rep.updates for rep in reports), locked=lock, apart=apart, n_workers=len(reports),
         spans=spans, samples=samples)
 
 

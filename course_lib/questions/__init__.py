@@ -17,6 +17,8 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from course_lib.grading.student import harness
+
 #: Key of the marker a harness returns in place of a value that cannot cross to the grader.
 NOT_PLAIN = "__not_plain__"
 SHOWN_CHARS = 80
@@ -227,3 +229,63 @@ def worst(got, want, name: str = "entry") -> str:
     k = np.unravel_index(int(np.argmax(np.abs(got - want))), got.shape)
     at = ", ".join(str(int(i)) for i in k)
     return f"{name}[{at}] should be {num(want[k])}, got {num(got[k])}"
+
+
+# ------------------------------------------------------------------ library helpers that answer
+# Some functions of the course library, shipped with it because lessons use them, do part of what
+# a question asks (the gossip runtime's exchange of values with the neighbours, the shard bounds of
+# ``np.array_split``, ...). A question whose work such a helper does lists it as ``(module,
+# function)`` pairs, and its checks run the student's function watching for a call into one of them
+# (at any depth, in the process where it runs), as ex02's checks refuse the communicator's collectives.
+
+def watch_helpers(helpers):
+    """Start noting, in this thread, the first call into one of ``helpers`` ((module, function) pairs).
+
+    Returns the list the name of that function ("module.function") is appended to; stop with
+    ``sys.setprofile(None)``."""
+    import importlib
+    import sys
+
+    targets = {}
+    for module, function in helpers:
+        path = importlib.import_module(module).__file__
+        targets.setdefault(path, {})[function] = f"{module}.{function}"
+    seen = []
+
+    def spy(frame, event, arg):
+        if event == "call" and not seen:
+            names = targets.get(frame.f_code.co_filename)
+            if names and frame.f_code.co_name in names:
+                seen.append(names[frame.f_code.co_name])
+        return None
+
+    sys.setprofile(spy)
+    return seen
+
+
+@harness
+def call_watching(fn, helpers, args):
+    """``fn(*args)`` watching ``helpers``: (its result as plain data, the first helper it called or "")."""
+    import sys
+
+    seen = watch_helpers(helpers)
+    try:
+        out = fn(*args)
+    finally:
+        sys.setprofile(None)
+    return readable(out), (seen[0] if seen else "")
+
+
+def assert_no_helper(name: str, used: str, where: str = "") -> None:
+    """Fail if the student's ``name`` called a library helper that does the question's work."""
+    assert not used, (
+        f"{name} should do this question's work itself, but it called the course library's {used}"
+        f"{' ' + where if where else ''}, which does that work for you: write it from the statement "
+        "(numpy and the communicator's send and recv are fine).")
+
+
+def refuse_helpers(fn, args, helpers, name: str):
+    """Call the student's ``fn(*args)`` once watching ``helpers``; fail if it called one; return the result."""
+    out, used = call_watching(fn, [list(h) for h in helpers], list(args))
+    assert_no_helper(name, used)
+    return out

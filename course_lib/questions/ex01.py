@@ -10,14 +10,33 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import as_array, as_number, assert_unchanged, call_keeping_inputs, num, readable, shown
+from course_lib.questions import (
+    as_array,
+    as_number,
+    assert_unchanged,
+    call_keeping_inputs,
+    num,
+    readable,
+    refuse_helpers,
+    shown,
+)
 
 CHECK_TIMEOUT = 6.0  # seconds a check's cluster run may take (these runs take well under one)
+
+
+#: Library functions that do (part of) a question's work: the checks refuse an answer that calls them.
+HELPERS = {
+    "ex01_1": [("course_lib.async_ps.problems", "batch_gradient")],
+    "ex01_2": [("course_lib.async_ps.problems", "batch_gradient"), ("course_lib.mapreduce.problems", "per_sample")],
+    "ex01_3": [("course_lib.mapreduce.serial", "gd_update"), ("course_lib.mapreduce.serial", "reduce_results")],
+    "ex01_4": [("course_lib.mapreduce.cost", "server_link_time")],
+}
 
 
 # ------------------------------------------------------------------------------ ex01_1
 def assert_full_gradient(fn, X, y, w, want):
     X, y, w = (np.asarray(a, dtype=float) for a in (X, y, w))
+    refuse_helpers(fn, (X, y, w), HELPERS["ex01_1"], "full_gradient")
     got = call_keeping_inputs(fn, (X, y, w), ("X", "y", "w"))
     got = as_array(got, "full_gradient's result (the gradient, shaped like w)", shape=w.shape)
     n = len(X)
@@ -66,6 +85,7 @@ def run_map(fn, X, y, w, n_workers):
 def assert_map(fn, X, y, w, n_workers, want):
     """Rank r's partial sum must be ``want[r]``; the shared X and y must be left as they were."""
     X, y, w = (np.asarray(a, dtype=float) for a in (X, y, w))
+    refuse_helpers(fn, (X, y, w), HELPERS["ex01_2"], "map_gradient")
     partials, X_after, y_after = run_map(fn, X, y, w, n_workers)
     assert_unchanged("map_gradient", ["X_shard", "y_shard"], [X, y], [X_after, y_after])
     for r, ((lo, hi), got, wr) in enumerate(zip(shard_ranges(len(X), n_workers), partials, want)):
@@ -94,6 +114,7 @@ def ex01_2(ns):
 def assert_reduce_update(fn, partials, n_total, w, lr, want):
     partials = [np.asarray(p, dtype=float) for p in partials]
     w = np.asarray(w, dtype=float)
+    refuse_helpers(fn, (partials, n_total, w, lr), HELPERS["ex01_3"], "reduce_update")
     got = call_keeping_inputs(fn, (partials, n_total, w, lr), ("partials", "n_total", "w", "lr"))
     got = as_array(got, "reduce_update's result (the new w)", shape=w.shape)
     want = np.asarray(want, dtype=float)
@@ -121,6 +142,7 @@ def ex01_3(ns):
 
 # ------------------------------------------------------------------------------ ex01_4
 def assert_comm_time(fn, p, n_params, latency, bandwidth, want):
+    refuse_helpers(fn, (p, n_params, latency, bandwidth), HELPERS["ex01_4"], "comm_time")
     got = as_number(fn(p, n_params, latency, bandwidth), "comm_time's result (seconds)")
     down, up = 8 * n_params, 8 * (n_params + 1)
     hints = {2 * latency + (p * down + up) / bandwidth:

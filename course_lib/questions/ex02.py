@@ -31,14 +31,18 @@ def _collective_spy():
 
     ex02_1 and ex02_2 ask for an algorithm built from send and recv; the course's own collectives
     (``comm.allreduce``, ``comm.allgather``, ``course_lib.collectives.*``) would answer them in one
-    line. Its helpers (``_p2p``: chunk bounds) and the barrier stay allowed."""
+    line. Its helpers (``_p2p``: chunk bounds) and the barrier stay allowed. The ring allgather and
+    reduce-scatter that lesson 06's tensor-parallel layers use (``course_lib.model_parallel.exchange``)
+    are the two halves of ex02_1's ring: refused too."""
     import os
     import sys
 
     import course_lib.collectives as pkg
+    import course_lib.model_parallel.exchange as exchange
 
     root = os.path.dirname(pkg.__file__) + os.sep
     allowed = {os.path.join(root, "_p2p.py"), os.path.join(root, "barrier.py"), os.path.join(root, "__init__.py")}
+    rings = {"ring_allgather", "ring_reduce_scatter"}
     seen = []
 
     def spy(frame, event, arg):
@@ -46,6 +50,8 @@ def _collective_spy():
             path = frame.f_code.co_filename
             if path.startswith(root) and path not in allowed:
                 seen.append(f"{os.path.basename(path)[:-3]}.{frame.f_code.co_name}")
+            elif path == exchange.__file__ and frame.f_code.co_name in rings:
+                seen.append(f"model_parallel.exchange.{frame.f_code.co_name}")
         return None
 
     sys.setprofile(spy)
@@ -88,7 +94,8 @@ def assert_no_course_collective(name, used):
     called = sorted({u for u in used if u})
     assert not called, (
         f"{name} should be built from comm.send, comm.recv and comm.sendrecv, but it called the course's own "
-        f"collective {called[0]} (comm.allreduce, comm.allgather and course_lib.collectives are not allowed here).")
+        f"collective {called[0]} (comm.allreduce, comm.allgather, course_lib.collectives and the ring helpers of "
+        "course_lib.model_parallel are not allowed here).")
 
 
 def rank_data(p, n, dtype, seed):

@@ -12,7 +12,17 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import as_array, as_int, as_number, assert_unchanged, num, readable, shown, worst
+from course_lib.questions import (
+    as_array,
+    as_int,
+    as_number,
+    assert_unchanged,
+    num,
+    readable,
+    refuse_helpers,
+    shown,
+    worst,
+)
 
 CHECK_TIMEOUT = 6.0  # seconds a check's run on processes may take (these take well under one)
 
@@ -247,9 +257,14 @@ def run_time_per_update(fn, d=2_000_000, updates=100):
     return float(time_per_update(fn, d, updates))
 
 
+#: ``mu (H_{N+b} - H_b)`` is two calls of the lesson's harmonic number: the checks refuse it.
+HARMONIC = [("course_lib.async_ps.theory", "harmonic")]
+
+
 # ------------------------------------------------------------------------------ ex03_4
 def check_expected_wait(fn, cases):
     """``cases``: [(n, b, mu, expected seconds)]."""
+    refuse_helpers(fn, cases[0][:3], HARMONIC, "expected_wait")
     for n, b, mu, want in cases:
         got = as_number(fn(n, b, mu), f"expected_wait({n}, {b}, {num(mu)})")
         assert np.isclose(got, want, rtol=1e-9, atol=0), (

@@ -11,7 +11,18 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import as_array, as_int, as_number, call_keeping_inputs, num, readable, worst
+from course_lib.questions import (
+    as_array,
+    as_int,
+    as_number,
+    assert_no_helper,
+    call_keeping_inputs,
+    num,
+    readable,
+    refuse_helpers,
+    watch_helpers,
+    worst,
+)
 
 CHECK_TIMEOUT = 5.0  # seconds a gossip run may take (these take well under one)
 
@@ -96,9 +107,17 @@ def ex04_1(ns):
     check_mh_on(fn, 4, KITE_EDGES, "triangle with a tail", KITE)
 
 
+#: The gossip lesson's spectrum(W) hands over lambda_2 and lambda_n: mixing_rate may not call it.
+SPECTRUM = [("course_lib.gossip.mixing", "spectrum")]
+#: The gossip runtime's exchange (send to every neighbour, receive theirs) and mix (the weighted sum)
+#: are the two halves of gossip_step.
+GOSSIP_HELPERS = [("course_lib.gossip.workers", "exchange"), ("course_lib.gossip.consensus", "mix")]
+
+
 # ------------------------------------------------------------------------------ ex04_2
 def check_rate(fn, W, want, name, hint=""):
     W = np.asarray(W, dtype=float)
+    refuse_helpers(fn, (W,), SPECTRUM, "mixing_rate")
     got = as_number(call_keeping_inputs(fn, (W,), ("W",)), f"mixing_rate of the {name}")
     assert abs(got - want) < 1e-9, f"for the {name}, r should be {num(want, 9)}, got {num(got, 9)}.{hint}"
 
@@ -119,6 +138,17 @@ def ex04_2(ns):
 
 # ------------------------------------------------------------------------------ ex04_3
 def _gossip_driver(comm, step, W, x0, steps):
+    import sys
+
+    seen = watch_helpers(GOSSIP_HELPERS)
+    try:
+        out = _gossip_steps(comm, step, W, x0, steps)
+    finally:
+        sys.setprofile(None)
+    return out + ((seen[0] if seen else ""),)
+
+
+def _gossip_steps(comm, step, W, x0, steps):
     i = comm.rank
     weights = {j: float(W[i, j]) for j in sorted(set(comm.neighbors) | {i})}
     x = np.array(x0[i], dtype=float)
@@ -139,18 +169,22 @@ def _gossip_driver(comm, step, W, x0, steps):
 @harness
 def run_gossip(fn, n, edges, W, x0, steps):
     """``steps`` gossip steps on the graph with the student's step; returns
-    (each node's final value, messages sent per node, whether each node's x or weights changed in place)."""
+    (each node's final value, messages sent per node, whether each node's x or weights changed in place,
+    the first gossip helper each node called or "")."""
     from course_lib import Cluster
 
     with Cluster(n, graph=_graph(n, edges), timeout=CHECK_TIMEOUT) as c:
         res = c.run(_gossip_driver, fn, np.asarray(W), np.asarray(x0), steps)
-        return [r[0] for r in res], [int(res.stats.messages_sent(i)) for i in range(n)], [r[1] for r in res]
+        return ([r[0] for r in res], [int(res.stats.messages_sent(i)) for i in range(n)], [r[1] for r in res],
+                [r[2] for r in res])
 
 
 def check_gossip_step(step, n, edges, W, steps, d, name, seed=4):
     W = np.asarray(W, dtype=float)
     x0 = np.random.default_rng(seed).standard_normal((n, d))
-    finals, sent, changed = run_gossip(step, n, edges, W, x0, steps)
+    finals, sent, changed, used = run_gossip(step, n, edges, W, x0, steps)
+    for i, u in enumerate(used):
+        assert_no_helper("gossip_step", u, f"on node {i}")
     for i, c in enumerate(changed):
         assert not c, (f"on a {name}, node {i}'s gossip_step changed its argument x (or weights) in place: "
                        "return a new array and leave the arguments as they were.")

@@ -13,9 +13,26 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import as_array, as_int, as_number, as_sequence, call_keeping_inputs, num, shown, worst
+from course_lib.questions import (
+    as_array,
+    as_int,
+    as_number,
+    as_sequence,
+    call_keeping_inputs,
+    num,
+    refuse_helpers,
+    shown,
+    worst,
+)
 
 CHECK_TIMEOUT = 8.0  # seconds a parameter-server run of a check may take (these take well under one)
+
+
+#: Library functions that do (part of) a question's work: the checks refuse an answer that calls them.
+HELPERS = {
+    "ex05_4": [("course_lib.ps.vclock", "_coalesce")],                    # joins equal neighbouring segments
+    "ex05_5": [("course_lib.ps.crossover", "ring_step_bytes"), ("course_lib.ps.crossover", "ps_step_bytes")],
+}
 
 
 # ------------------------------------------------------------------------------ ex05_1
@@ -108,6 +125,7 @@ def _segments(x, what):
 def assert_merge(fn, a, b, want):
     a = [(lo, hi, np.array(v)) for lo, hi, v in a]
     b = [(lo, hi, np.array(v)) for lo, hi, v in b]
+    refuse_helpers(fn, (a, b), HELPERS["ex05_4"], "merge_clocks")
     got = _segments(call_keeping_inputs(fn, (a, b), ("a", "b")), "merge_clocks's result")
     want = [(lo, hi, list(v)) for lo, hi, v in want]
     assert got == want, (
@@ -135,6 +153,7 @@ def ex05_4(ns):
 # ------------------------------------------------------------------------------ ex05_5
 def assert_crossover(fn, cases):
     """``cases``: [(p, busiest_share, key_bytes, value_bytes, expected density)]."""
+    refuse_helpers(fn, cases[0][:4], HELPERS["ex05_5"], "crossover_density")
     for p, share, kb, vb, want in cases:
         args = (p, share, kb, vb)
         got = as_number(call_keeping_inputs(fn, args, ("p", "busiest_share", "key_bytes", "value_bytes")),

@@ -18,7 +18,18 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import as_array, as_number, as_sequence, assert_unchanged, num, readable, shown, worst
+from course_lib.questions import (
+    as_array,
+    as_number,
+    as_sequence,
+    assert_no_helper,
+    assert_unchanged,
+    num,
+    readable,
+    shown,
+    watch_helpers,
+    worst,
+)
 
 TOL = 1e-10
 CHECK_TIMEOUT = 6.0  # seconds a check's cluster run may take
@@ -63,6 +74,11 @@ def shard(params, p, rank):
             "W2": np.array(params["W2"])[a:b, :], "b2": np.array(params["b2"]), "cols": (a, b)}
 
 
+#: The lesson's layer_backward(W, a_in, a_out, d_out, last=True) returns row_parallel_backward's three
+#: gradients: ex06_3 refuses an answer that calls it.
+LAYER_BACKWARD = [("course_lib.model_parallel.mlp", "layer_backward")]
+
+
 def _tp_worker(comm, fn, which, params, inputs):
     s = shard(params, comm.size, comm.rank)
     a, b = s["cols"]
@@ -75,8 +91,14 @@ def _tp_worker(comm, fn, which, params, inputs):
         names, args = ["A_shard", "W2_shard", "dY"], [np.array(inputs["A"])[:, a:b], s["W2"], np.array(inputs["dY"])]
         extra = []
     before = [x.copy() for x in args]
-    out = fn(comm, *args, *extra)
-    return readable(out), (a, b), names, before, args
+    import sys
+
+    seen = watch_helpers(LAYER_BACKWARD if which == "row_bwd" else [])
+    try:
+        out = fn(comm, *args, *extra)
+    finally:
+        sys.setprofile(None)
+    return readable(out), (a, b), names, before, args, (seen[0] if seen else "")
 
 
 @harness
@@ -98,7 +120,8 @@ def _close(got, want, what, name):
 
 
 def _ranks(res, fname):
-    for r, (out, cols, names, before, after) in enumerate(res):
+    for r, (out, cols, names, before, after, used) in enumerate(res):
+        assert_no_helper(fname, used, f"on rank {r}")
         assert_unchanged(fname, names, before, after, on=f"on rank {r}")
         yield r, out, tuple(cols)
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import as_int, as_number, as_sequence, call_keeping_inputs, num, shown
+from course_lib.questions import as_int, as_number, as_sequence, call_keeping_inputs, num, refuse_helpers, shown
 
 
 # ------------------------------------------------------------------------------ ex07_1
@@ -71,8 +71,13 @@ def ex07_2(ns):
     assert_placement(fn, [("a", 2), ("b", 1)], 5, [("a", 0), ("a", 1), ("b", 0), ("a", 2), ("a", 3)])
 
 
+#: The hardware table's gbit_per_s converts a line rate to bytes per second, part of ex07_3's work.
+GBIT = [("course_lib.hardware", "gbit_per_s")]
+
+
 # ------------------------------------------------------------------------------ ex07_3
 def assert_ring_seconds(fn, nbytes, p, latency_s, rate_gbit, want):
+    refuse_helpers(fn, (nbytes, p, latency_s, rate_gbit), GBIT, "ring_allreduce_seconds")
     got = as_number(call_keeping_inputs(fn, (nbytes, p, latency_s, rate_gbit),
                                         ("nbytes", "p", "latency_s", "line_rate_gbit")),
                     "ring_allreduce_seconds' result (seconds)")

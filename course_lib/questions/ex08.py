@@ -15,7 +15,16 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import as_int, as_number, as_sequence, call_keeping_inputs, num, readable, shown
+from course_lib.questions import (
+    as_int,
+    as_number,
+    as_sequence,
+    call_keeping_inputs,
+    num,
+    readable,
+    refuse_helpers,
+    shown,
+)
 
 CHECK_TIMEOUT = 8.0  # seconds a check's cluster run may take (they take well under one)
 
@@ -178,6 +187,13 @@ def run_reduce_scatter(fn, n, p):
     return {"chunks": [np.asarray(c) for c in res], "ranges": [readable(fn(n, p, r)) for r in range(p)]}
 
 
+#: Library functions that cut ``np.array_split``'s ranges, shard_range's whole work: refused.
+SHARD_HELPERS = [("course_lib.problems", "contiguous_shards"), ("course_lib.collectives._p2p", "chunk_bounds"),
+                 ("course_lib.collectives._p2p", "chunk_sizes"), ("course_lib.mapreduce.serial", "shard_ranges"),
+                 ("course_lib.model_parallel.tensor", "split_ranges"),
+                 ("course_lib.data_parallel.zero", "owned_pieces")]
+
+
 def as_range(out, what: str) -> tuple[int, int]:
     start, stop = as_sequence(out, 2, what, kinds=(tuple, list))
     return as_int(start, f"{what}: start"), as_int(stop, f"{what}: stop")
@@ -185,6 +201,7 @@ def as_range(out, what: str) -> tuple[int, int]:
 
 def assert_shard_ranges(fn, n, p, want):
     """Ranks 0..p-1 of ``fn(n, p, rank)`` against the literal ``want``."""
+    refuse_helpers(fn, (n, p, p - 1), SHARD_HELPERS, "shard_range")
     for rank, expected in enumerate(want):
         got = as_range(call_keeping_inputs(fn, (n, p, rank), ("n_params", "n_ranks", "rank")),
                        f"shard_range({n}, {p}, {rank})")

@@ -2,18 +2,14 @@
 Trillion Parameter Models", SC 2020) on real worker processes, beside plain data parallel.
 
 Mixed-precision training with Adam keeps, per parameter, an fp16 working copy (2 bytes), an fp16
-gradient (2 bytes) and the fp32 master weight, m and v (12 bytes): 16 bytes. With N ranks:
+gradient (2 bytes) and the fp32 master weight, m and v (12 bytes): 16 bytes. Stage 1 shards the
+optimizer states over the N ranks, stage 2 the gradients too, stage 3 the parameters too; how many
+bytes per parameter each rank then holds is question ex08_4 (:func:`zero_bytes_per_param` runs the
+answer). Bytes sent per step, summed over all ranks with ring collectives and fp16 on the wire:
+2 (N-1) Psi x 2 for plain DP (allreduce) and stages 1 and 2 (reduce-scatter + allgather), 3 (N-1)
+Psi x 2 for stage 3 (1.5x: the parameters are allgathered twice).
 
-=========  ================================  ===========================  =======================
-stage      what is sharded                   bytes per parameter per rank  bytes sent per step
-=========  ================================  ===========================  =======================
-0 (DP)     nothing                           2 + 2 + 12                    2 (N-1) Psi x 2  (allreduce)
-1          optimizer states                  2 + 2 + 12/N                  same (reduce-scatter + allgather)
-2          + gradients                       2 + 14/N                      same
-3          + parameters                      16/N                          3 (N-1) Psi x 2  (1.5x)
-=========  ================================  ===========================  =======================
-
-(bytes sent: summed over all ranks, ring collectives, fp16 on the wire.) Memory is measured from
+Memory is measured from
 the arrays each rank holds (:class:`MemoryLedger`): the training state, plus stage 2's and 3's
 transient one-layer buffers (the gradient bucket being reduce-scattered, the layer's gathered
 parameters). Not counted: activations and the float32 compute copies of a layer (the lesson's
@@ -47,8 +43,8 @@ STATE_CATEGORIES = CATEGORIES[:3]
 
 
 def zero_bytes_per_param(stage: int, n_ranks: int) -> float:
-    """Model-state bytes per parameter on each rank: 16, 4 + 12/N, 2 + 14/N, 16/N (stage 0 = DP):
-    question ex08_4 (:func:`course_lib.reference.ex08.zero_bytes_per_param`), its stage checked."""
+    """Model-state bytes per parameter on each rank, stage 0 (plain DP) to 3: question ex08_4
+    (:func:`course_lib.reference.ex08.zero_bytes_per_param`), its stage checked."""
     if stage not in (0, 1, 2, 3):
         raise ValueError(f"stage must be 0 (plain DP), 1, 2 or 3, got {stage}")
     return _zero_bytes_per_param(stage, n_ranks)

@@ -26,8 +26,10 @@ $(MPI_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[mpi]" || echo "warning: the mpi extra could not be installed; MPI tests will skip"
 	touch $(MPI_STAMP)
 
-lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/ $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+# JupyterLab at the course's root (notebooks/ and exercises/ both reachable), opening on START_HERE.ipynb;
+# with the MPI extra, so that lesson 07's MPI cells run (they skip, saying why, where it cannot install).
+lab: $(STAMP) $(MPI_STAMP)
+	$(BIN)/python -m course_lib.lab
 
 # Tests run in TEST_JOBS processes (pytest-xdist); the tests of one notebook, of the grader's batch
 # and of the browser each stay in one process (xdist_group), so each heavy run happens once.

@@ -81,6 +81,7 @@ class WorkerError(RuntimeError):
         self.remote_traceback = remote_traceback
         self.exitcode = exitcode
         self.exc_type = exc_type
+        self.others: list = []       # the other ranks' errors of the same run, in arrival order
 
     def __reduce__(self):
         # BaseException pickles only ``args``; the rank and the traceback must survive the trip too.
@@ -743,12 +744,15 @@ class _ProgressBar:
 
 
 def _primary(errors: list[WorkerError]) -> WorkerError:
-    """The root cause: a rank that raised or died beats ranks that only lost a peer."""
+    """The root cause: a rank that raised or died beats ranks that only lost a peer, and among
+    those the first the parent heard of (``errors`` is in arrival order): a server that gives up
+    because its workers raised fails after them, and the workers' error is the one to read."""
     def secondary(e):
         return e.exc_type in ("PeerLost",)
-    errors = sorted(errors, key=lambda e: (secondary(e), e.rank))
+    errors = sorted(errors, key=secondary)          # stable: arrival order within each kind
     first = errors[0]
     first.ranks = [e.rank for e in errors]
+    first.others = errors[1:]
     if len(errors) > 1:
         others = ", ".join(f"rank {e.rank} ({e.exc_type})" for e in errors[1:])
         first.args = (first.args[0] + f"\n(also failed: {others})",)

@@ -26,6 +26,9 @@ class Lesson:
     questions: tuple[str, ...]   # exercise question ids, "ex04_1", ...; empty: no exercise
     tests: tuple[str, ...]       # files in tests/ that check this lesson's library and notebook
     summary: str                 # what you do, one paragraph (the README table's middle column)
+    # exercise answers the lesson's own cells run (any lesson's): in the student release these run
+    # the student's code, and the lesson's status cell lists them (course_lib.replay.lesson_status)
+    uses: tuple[str, ...] = ()
 
     @property
     def notebook(self) -> str:
@@ -41,6 +44,7 @@ LESSONS = (
     Lesson("00", "cluster_in_your_laptop", 'The cluster in your laptop',
            time='35 / 25 min', package='runtime',
            questions=('ex00_1', 'ex00_2', 'ex00_3'),
+           uses=('ex00_2',),
            tests=('test_runtime.py', 'test_faults.py', 'test_p2p_mpi4py.py',
                   'test_netem.py', 'test_lesson00.py', 'test_hardware.py'),
            summary=(
@@ -49,6 +53,7 @@ LESSONS = (
     Lesson("01", "mapreduce_gd", 'MapReduce gradient descent, speedup and stragglers',
            time='45 / 40 min', package='mapreduce',
            questions=('ex01_1', 'ex01_2', 'ex01_3', 'ex01_4', 'ex01_5'),
+           uses=('ex00_2', 'ex01_2', 'ex01_3', 'ex01_4'),
            tests=('test_mapreduce.py', 'test_lesson01.py'),
            summary=(
                'the gradient as a sum over samples; server/worker MapReduce GD on shared-memory shards equals '
@@ -60,6 +65,7 @@ LESSONS = (
     Lesson("02", "collectives", 'Collective communication, costed',
            time='60 / 60 min', package='collectives',
            questions=('ex02_1', 'ex02_2', 'ex02_3', 'ex02_4', 'ex02_5'),
+           uses=('ex02_3', 'ex02_4'),
            tests=('test_collectives.py', 'test_syncbn.py', 'test_lesson02.py', 'test_sharp.py'),
            summary=(
                "the MPI vocabulary with mpi4py's methods; step through who sends what to whom (barrier, bcast, "
@@ -73,6 +79,7 @@ LESSONS = (
     Lesson("03", "async_parameter_server", 'The asynchronous parameter server, staleness, and Hogwild!',
            time='45 / 40 min', package='async_ps',
            questions=('ex03_1', 'ex03_2', 'ex03_3', 'ex03_4', 'ex03_5'),
+           uses=('ex03_1', 'ex03_2', 'ex03_3', 'ex03_4', 'ex03_5'),
            tests=('test_async_ps.py', 'test_lesson03.py'),
            summary=(
                "an asynchronous parameter server on real processes: the staleness of every gradient against wall "
@@ -86,6 +93,7 @@ LESSONS = (
     Lesson("04", "gossip", 'Decentralized learning, gossip and D-PSGD',
            time='60 / 40 min', package='gossip',
            questions=('ex04_1', 'ex04_2', 'ex04_3', 'ex04_4'),
+           uses=('ex04_1', 'ex04_2', 'ex04_3', 'ex04_4'),
            tests=('test_gossip.py', 'test_lesson04.py'),
            summary=(
                'peer-to-peer learning on networkx graphs: Metropolis-Hastings weights and their spectrum '
@@ -98,6 +106,7 @@ LESSONS = (
     Lesson("05", "parameter_server_internals", 'Inside the parameter server',
            time='45 / 40 min', package='ps',
            questions=('ex05_1', 'ex05_2', 'ex05_3', 'ex05_4', 'ex05_5', 'ex05_6'),
+           uses=('ex02_4', 'ex05_1', 'ex05_2', 'ex05_3', 'ex05_4', 'ex05_5'),
            tests=('test_ps.py', 'test_lesson05.py'),
            summary=(
                'inside the parameter server (Li et al., OSDI 2014): key ranges on a consistent-hashing ring, '
@@ -114,6 +123,7 @@ LESSONS = (
     Lesson("06", "model_and_pipeline_parallel", 'Beyond data parallelism: model (tensor) and pipeline parallelism',
            time='45 / 40 min', package='model_parallel',
            questions=('ex06_1', 'ex06_2', 'ex06_3', 'ex06_4', 'ex06_5', 'ex06_6'),
+           uses=('ex06_1', 'ex06_2', 'ex06_3', 'ex06_4', 'ex06_5', 'ex06_6'),
            tests=('test_model_parallel.py', 'test_lesson06.py'),
            summary=(
                'split a two-layer network by columns and rows over real processes (equal to serial; allgather / '
@@ -124,6 +134,7 @@ LESSONS = (
     Lesson("07", "beyond_one_machine", 'Beyond one machine: the same code on MPI',
            time='45 / 30 min', package=None,
            questions=('ex07_1', 'ex07_2', 'ex07_3', 'ex07_4'),
+           uses=('ex02_4', 'ex07_4'),
            tests=('test_mpi.py', 'test_lesson07.py', 'test_shm_sync.py', 'test_scheduling.py'),
            summary=(
                'run the same programs on MPI (`mpiexec`) with identical numbers and bytes, allreduce bandwidth '
@@ -135,6 +146,7 @@ LESSONS = (
            'Data parallelism as it is practised: memory, overlapped buckets, mixed precision, ZeRO',
            time='50 / 35 min', package='data_parallel',
            questions=('ex08_1', 'ex08_2', 'ex08_3', 'ex08_4'),
+           uses=('ex02_4', 'ex08_1', 'ex08_2', 'ex08_4'),
            tests=('test_dp_model.py', 'test_dp_memory.py', 'test_mixed_precision.py', 'test_iallreduce.py',
                   'test_ddp.py', 'test_zero.py', 'test_compression.py', 'test_lesson08.py'),
            summary=(
@@ -180,14 +192,56 @@ def with_readme_table(readme: str) -> str:
     return re.sub(pattern, lambda _: readme_table(), readme, count=1, flags=re.S)
 
 
+def start_page():
+    """``START_HERE.ipynb``, the page ``make lab`` opens: each lesson with its exercise, from this
+    manifest (``python -m course_lib.lessons --start-page``; a test keeps the file in sync)."""
+    import nbformat
+
+    rows = "\n".join(
+        f"| {x.number} | [{x.title}](notebooks/{x.notebook}) | "
+        + (f"[exercises/{x.notebook}](exercises/{x.notebook}) ({len(x.questions)} questions)" if x.graded else "none")
+        + f" | {x.time} |" for x in LESSONS)
+    text = f"""# Distributed machine learning, taught with real processes
+
+Every distributed algorithm here runs on real worker processes on this machine. Take the lessons in
+order: open a lesson, run it top to bottom (Run > Run All Cells), play with its widgets, then solve its
+exercise notebook.
+
+| # | lesson | exercise | teaching / exercises |
+|---|---|---|---|
+{rows}
+
+**Checking an answer.** In an exercise notebook, each question ends with a check cell such as
+`check("ex00_1")`: it runs the question's visible checks on your code in real worker processes and
+prints a pass, or a fail with a hint. The grader also runs hidden checks on other inputs, so write
+general code. To grade a whole exercise notebook the way your instructor will (visible checks only
+here), run `make grade NB=exercises/00_{LESSONS[0].slug}.ipynb` in a terminal.
+
+**Lessons that run on your answers.** In the student release, some lesson cells run *your* answer
+to an exercise; each lesson's first cells list which ones. Until you have written it, such a cell
+shows the result recorded when the course was built and says so in a first line; save the
+exercise notebook after solving, and run the cell again.
+"""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(text)]
+    nb.cells[0].id = "start-page"
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--readme", metavar="PATH", help="rewrite the lesson table of this README")
+    parser.add_argument("--start-page", metavar="PATH", help="write the start page (START_HERE.ipynb) here")
     args = parser.parse_args(argv)
+    if args.start_page:
+        import nbformat
+
+        nbformat.write(start_page(), args.start_page)
     if args.readme:
         path = pathlib.Path(args.readme)
         path.write_text(with_readme_table(path.read_text()))
-    else:
+    if not (args.readme or args.start_page):
         for x in LESSONS:
             print(f"{x.number}  {x.title}  ({x.time}; questions: {', '.join(x.questions) or 'none'})")
 

@@ -24,8 +24,10 @@ import json
 import shutil
 import sys
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 
+from .lessons import BY_NUMBER
 from .lessons import graded as graded_lessons
 from .reference import NOTEBOOKS, lesson_of, questions_of
 
@@ -79,7 +81,8 @@ def standin_module(lesson: str, package: Path = PACKAGE) -> str:
             "code; until you have solved the question, they stop with a NotImplementedError that says\n"
             'which exercise to solve.\n"""\n'
             "from course_lib.standin import UNSET as _UNSET  # noqa: F401\n"
-            "from course_lib.standin import call as _call\n")
+            "from course_lib.standin import call as _call\n\n"
+            "STANDINS = True   # course_lib.replay.is_release() reads it\n")
     body = [standin_function(qid, name, *sigs[name]) for name, qid in questions_of(lesson).items()]
     return head + "\n\n" + "\n\n".join(body)
 
@@ -104,6 +107,55 @@ def build_library(dest, package: Path = PACKAGE) -> Path:
     return target
 
 
+# -- recorded lessons ----------------------------------------------------------------------------
+
+@dataclass
+class RecordedLesson:
+    """A lesson run once with the reference answers: the notebook with its outputs, and per code
+    cell the outputs and values that :mod:`course_lib.replay` shows where an answer is missing."""
+    notebook: object        # nbformat NotebookNode, executed
+    cells: dict             # course_lib.replay.merge_recording's table
+
+
+def record_lesson(path: Path, timeout: int = 600) -> RecordedLesson:
+    """Execute the lesson notebook ``path`` headless (in its own folder, this checkout's library)
+    and record what each cell showed and changed."""
+    import os
+    import tempfile
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    from .replay import RECORD_ENV, merge_recording
+
+    nb = nbformat.read(path, as_version=4)
+    with tempfile.TemporaryDirectory(prefix="course_record_") as folder:
+        saved = os.environ.get(RECORD_ENV)
+        os.environ[RECORD_ENV] = folder          # the kernel inherits it; lesson_status() reads it
+        try:
+            NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                           resources={"metadata": {"path": str(path.parent)}}).execute()
+        finally:
+            if saved is None:
+                os.environ.pop(RECORD_ENV, None)
+            else:
+                os.environ[RECORD_ENV] = saved
+        return RecordedLesson(nb, merge_recording(nb, Path(folder)))
+
+
+def _write_recordings(out: Path, recorded: dict) -> None:
+    """Executed lesson notebooks into ``out/notebooks`` and their recordings into the library."""
+    import pickle
+
+    import nbformat
+
+    folder = out / "course_lib" / "recorded"
+    folder.mkdir(parents=True, exist_ok=True)
+    for number, rec in sorted(recorded.items()):
+        (folder / f"{number}.pkl").write_bytes(pickle.dumps(rec.cells))
+        nbformat.write(rec.notebook, out / "notebooks" / BY_NUMBER[number].notebook)
+
+
 # -- the release folder ----------------------------------------------------------------------------
 
 def _copy_notebooks(src: Path, dst: Path) -> list:
@@ -123,7 +175,7 @@ def _copy_notebooks(src: Path, dst: Path) -> list:
 
 STUDENT_MAKEFILE = """\
 # Distributed machine learning, taught with real processes: the student release.
-#   make lab      set up (a virtual environment in .venv) and open the lessons in JupyterLab
+#   make lab      set up (a virtual environment in .venv) and open the course in JupyterLab
 #   make test     run the visible checks of every exercise (same as: make check)
 #   make grade NB=exercises/00_cluster_in_your_laptop.ipynb   one notebook, as the grader runs it
 #   make clean-shm   remove shared memory left behind by a killed kernel
@@ -143,8 +195,16 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-lab: $(STAMP)
-\t$(BIN)/jupyter lab notebooks/ $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+# The optional MPI backend (mpi4py + MPICH) for lesson 07's MPI cells; they skip, saying why, without it.
+MPI_STAMP := $(VENV)/.installed-mpi
+$(MPI_STAMP): $(STAMP)
+\t$(BIN)/python -m pip install --quiet -e ".[mpi]" || \\
+\t\techo "warning: the mpi extra could not be installed; lesson 07's MPI cells will skip"
+\ttouch $(MPI_STAMP)
+
+# JupyterLab at the course's root (notebooks/ and exercises/ both reachable), opening on START_HERE.ipynb.
+lab: $(STAMP) $(MPI_STAMP)
+\t$(BIN)/python -m course_lib.lab
 
 NB ?= exercises
 OUT ?= grades
@@ -180,12 +240,14 @@ You need Python 3.10 or newer and `make`. With conda instead:
 conda env create -f environment.yml
 conda activate dml-course
 pip install -e . --no-deps
-jupyter lab notebooks/
+python -m course_lib.lab      # JupyterLab at this folder, opening on START_HERE.ipynb
 ```
 
 ## What is here
 
-- `notebooks/`: the lessons, `00_...` to `07_...`. Run each one top to bottom.
+- `START_HERE.ipynb`: each lesson with its exercise; `make lab` opens it.
+- `notebooks/`: the lessons, `00_...` to `08_...`, shipped with the outputs of a run on the
+  course's machine, so you can read one before running it. Run each one top to bottom on yours.
 - `exercises/`: one exercise notebook per lesson. Replace each
   `raise NotImplementedError("ex00_1: ...")` with your code, then run the question's check cell:
 
@@ -205,12 +267,15 @@ This release of the course leaves out the reference answers of the exercises. Wh
 needs one (the gossip lesson builds Metropolis-Hastings weights, the parameter server looks keys
 up on its hash ring, the tensor-parallel network runs its layers, ...), the library runs **your**
 function of the same name from the exercise notebook, `exercises/NN_name.ipynb`. Until you have
-written it, the lesson cell stops with a message such as
+written it, the lesson still runs top to bottom: such a cell shows the result recorded when the
+course was built with the reference answers, under a first line that says so and names the
+exercise:
 
-    NotImplementedError: metropolis_weights is what exercise ex04_1 asks you to write, and this
-    release of the course leaves it out: solve ex04_1 in exercises/04_gossip.ipynb, then run this
-    cell again; this part of the lesson then runs on your code.
+    recorded result (this cell needs exercise ex04_1 (metropolis_weights in exercises/04_gossip.ipynb),
+    not solved yet): below is what this cell showed when the course was built with the reference
+    answers; solve ex04_1 and run this cell again to see it on your code.
 
+Each lesson's first cells list the exercises it runs on and which of them you have written.
 Save the exercise notebook after editing it: the library reads the saved file (again each time it
 changes). If your exercise notebooks live elsewhere, set `COURSE_EXERCISES` to their folder before
 starting JupyterLab.
@@ -227,10 +292,15 @@ starting JupyterLab.
 """
 
 
-def build(out="release", root: Path = ROOT, archive: bool = True) -> Path:
+def build(out="release", root: Path = ROOT, archive: bool = True, record: bool = False,
+          recorded: dict | None = None) -> Path:
     """Build the student release in ``out`` (and ``out.tar.gz`` next to it); returns ``out``.
 
-    ``out`` must not exist, be empty, or hold an earlier release (which is replaced)."""
+    ``out`` must not exist, be empty, or hold an earlier release (which is replaced). With
+    ``record``, every lesson is first run with the reference answers (:func:`record_lesson`);
+    ``recorded`` gives such runs instead (``{lesson number: RecordedLesson}``). Recorded lessons
+    ship executed, with their figures, and teach before their exercises are solved
+    (:mod:`course_lib.replay`); without a recording a cell that needs a missing answer stops."""
     root = Path(root).resolve()
     out = Path(out).resolve()
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
@@ -244,8 +314,11 @@ def build(out="release", root: Path = ROOT, archive: bool = True) -> Path:
     _copy_notebooks(root / "notebooks", out / "notebooks")
     _copy_notebooks(root / "exercises", out / "exercises")
     build_library(out, root / "course_lib")
+    if record and recorded is None:
+        recorded = {x.number: record_lesson(root / "notebooks" / x.notebook) for x in BY_NUMBER.values()}
+    _write_recordings(out, recorded or {})
     shutil.copytree(root / "examples", out / "examples", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "environment.yml"):
+    for name in ("pyproject.toml", "environment.yml", "START_HERE.ipynb"):
         shutil.copy2(root / name, out / name)
     (out / "README.md").write_text(STUDENT_README, encoding="utf-8")
     (out / "Makefile").write_text(STUDENT_MAKEFILE, encoding="utf-8")
@@ -264,8 +337,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m course_lib.release", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="release", help="the release folder to write (default: release/)")
     ap.add_argument("--no-archive", action="store_true", help="do not write OUT.tar.gz")
+    ap.add_argument("--no-record", action="store_true",
+                    help="do not run the lessons first: they ship without outputs, and a cell that needs an "
+                         "unsolved exercise stops instead of showing its recorded result")
     args = ap.parse_args(argv)
-    out = build(args.out, archive=not args.no_archive)
+    out = build(args.out, archive=not args.no_archive, record=not args.no_record)
     print(f"student release in {out}" + ("" if args.no_archive else f" and {out.parent / (out.name + '.tar.gz')}"))
     return 0
 

@@ -111,8 +111,44 @@ def message(qid: str, name: str) -> str:
             "your code.")
 
 
-def _saved(path: Path) -> str:
+def _saved(path: Path | None) -> str:
+    if path is None:
+        return f" (No exercise notebook found in {exercises_dir()}; ${ENV} can name the folder that holds it.)"
     return f" (The library reads {path.name} as saved on disk: save it after editing.)"
+
+
+def exercise_file(qid: str) -> str:
+    """Where a student writes the answer to ``qid``: the notebook's path, as found or as expected."""
+    path = notebook_path(lesson_of(qid))
+    return str(path) if path is not None else f"exercises/{NOTEBOOKS.get(lesson_of(qid), '?')}"
+
+
+def _is_stub(stmt, qid: str) -> bool:
+    """True if the def ``stmt`` still holds the exercise's ``raise NotImplementedError("exNN_k: ...")``."""
+    for node in ast.walk(stmt):
+        if (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args
+                and isinstance(node.exc.args[0], ast.Constant) and isinstance(node.exc.args[0].value, str)
+                and node.exc.args[0].value.startswith(f"{qid}:")):
+            return True
+    return False
+
+
+def state(qid: str) -> str:
+    """``"written"`` if the exercise notebook defines the function of ``qid`` without its stub (its
+    visible checks say whether it is right), else ``"not written"``."""
+    from .reference import QUESTIONS
+
+    path = notebook_path(lesson_of(qid))
+    if path is None:
+        return "written" if _defined_in_main(QUESTIONS[qid]) is not None else "not written"
+    try:
+        defs = _loaded(path, lesson_of(qid)).module.__dict__["__defs__"]
+    except (OSError, ValueError):
+        return "not written"
+    item = defs.get(QUESTIONS[qid])
+    if item is None or not isinstance(item[2], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return "not written"
+    return "not written" if _is_stub(item[2], qid) else "written"
 
 
 # -- reading a notebook ----------------------------------------------------------------------
@@ -280,7 +316,22 @@ def student_function(qid: str, name: str):
         return hit[0]
     fn = _student_function(qid, name)
     _found[qid] = (fn, now)
+    _log_use(qid)
     return fn
+
+
+#: A file to which each process appends the question ids whose answers it ran (once each): the
+#: test that checks each lesson's ``uses`` in the manifest reads it.
+LOG_ENV = "COURSE_STANDIN_LOG"
+_logged: set = set()
+
+
+def _log_use(qid: str) -> None:
+    path = os.environ.get(LOG_ENV)
+    if path and qid not in _logged:
+        _logged.add(qid)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(qid + "\n")
 
 
 def _student_function(qid: str, name: str):
@@ -292,14 +343,34 @@ def _student_function(qid: str, name: str):
             return in_main
         raise NotImplementedError(message(qid, name) + f" (No exercise notebook of lesson {lesson} in "
                                   f"{exercises_dir()}; ${ENV} can name the folder that holds it.)")
-    entry = _loaded(path, lesson)
-    with _lock:
-        fn = _define(entry, name, path)
+    try:
+        entry = _loaded(path, lesson)
+    except (OSError, ValueError) as e:   # unreadable, or not a notebook (invalid JSON)
+        raise NotImplementedError(message(qid, name) + f" (Could not read {path}: {e}.)") from e
+    try:
+        with _lock:
+            fn = _define(entry, name, path)
+    except Exception as e:
+        raise ExerciseCodeError(f"{name} (exercise {qid}) could not be defined from {path.name}: running its "
+                                f"definition, or a name it uses, raised {type(e).__name__}: {e}") from e
     if fn is None:
         extra = (f" (Cells {', '.join(map(str, entry.unparsed))} of {path.name} are not valid Python yet.)"
                  if entry.unparsed else "")
         raise NotImplementedError(message(qid, name) + (extra or _saved(path)))
     return fn
+
+
+class ExerciseCodeError(RuntimeError):
+    """The exercise notebook's code for an answer could not even be defined (its def, or a
+    definition it uses, raised when run)."""
+
+
+def _name_the_exercise(exc: BaseException, qid: str, name: str) -> None:
+    """Add a line naming the exercise to an error the student's answer raised (its type is kept,
+    so code that expects that type still catches it; Python 3.11+, where notes exist)."""
+    if hasattr(exc, "add_note") and not getattr(exc, "_course_named", False):
+        exc.add_note(f"(raised by your {name}, exercise {qid}, from {exercise_file(qid)})")
+        exc._course_named = True
 
 
 def _defined_in_main(name: str):
@@ -337,9 +408,14 @@ def call(qid: str, name: str, args: tuple, params: tuple):
     except NotImplementedError as e:
         if str(e).startswith(qid):  # the exercise's stub: "exNN_k: ..."
             raise NotImplementedError(message(qid, name) + _saved(notebook_path(lesson_of(qid)))) from None
+        _name_the_exercise(e, qid, name)
+        raise
+    except Exception as e:
+        _name_the_exercise(e, qid, name)
         raise
     finally:
         stack.pop()
 
 
-__all__ = ["ENV", "UNSET", "call", "exercises_dir", "message", "notebook_path", "student_function"]
+__all__ = ["ENV", "UNSET", "call", "exercise_file", "exercises_dir", "message", "notebook_path", "state",
+           "student_function"]

@@ -16,6 +16,7 @@ import nbformat
 import pytest
 
 from course_lib.allreduce_bench import mpiexec_path
+from course_lib.replay import RECORD_ENV, merge_recording
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS, SOLUTIONS, EXERCISES = REPO / "notebooks", REPO / "solutions", REPO / "exercises"
@@ -77,6 +78,8 @@ class ExecutedNotebook:
     notebook: nbformat.NotebookNode   # with its outputs
     seconds: float                    # wall time of the notebook's own cells
     values: dict = field(repr=False)  # its top-level values after the last cell
+    # per code cell, the outputs and values it changed (course_lib.replay), what the release replays
+    recording: dict = field(default_factory=dict, repr=False)
 
     @property
     def markdown(self) -> str:
@@ -136,17 +139,20 @@ def execute_notebook(path: Path, start_method: str = "default") -> ExecutedNoteb
         env["COURSE_START_METHOD"] = start_method  # read by course_lib in the kernel
     client = NotebookClient(nb, timeout=NOTEBOOK_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
-    try:
-        with _environment(env):
-            t0 = time.perf_counter()
-            client.execute()
-            seconds = time.perf_counter() - t0
-        with open(dump, "rb") as f:
-            values = pickle.load(f)
-    finally:
-        os.unlink(dump)
-    nb.cells = nb.cells[:n_cells]
-    return ExecutedNotebook(path, nb, seconds, values)
+    with tempfile.TemporaryDirectory(prefix="course_record_") as record:
+        env[RECORD_ENV] = record       # the run is also the release's recording (tests/test_release_lessons.py)
+        try:
+            with _environment(env):
+                t0 = time.perf_counter()
+                client.execute()
+                seconds = time.perf_counter() - t0
+            with open(dump, "rb") as f:
+                values = pickle.load(f)
+        finally:
+            os.unlink(dump)
+        nb.cells = nb.cells[:n_cells]
+        recording = merge_recording(nb, Path(record))
+    return ExecutedNotebook(path, nb, seconds, values, recording)
 
 
 class _environment:

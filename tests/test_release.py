@@ -278,7 +278,8 @@ def test_release_reference_is_only_stand_ins(release):
         funcs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
         assert sorted(f.name for f in funcs) == sorted(questions_of(lesson)), path
         others = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.ImportFrom))
-                  and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+                  and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
+                  and ast.unparse(n) != "STANDINS = True"]
         assert not others, f"{path.name}: unexpected top-level code {[ast.dump(n)[:60] for n in others]}"
         assert all(n.module == "course_lib.standin" for n in tree.body if isinstance(n, ast.ImportFrom))
         sigs = reference_signatures(lesson)  # from the checkout's real references
@@ -479,12 +480,20 @@ def _recording(fn, folder: Path):
 
         import cloudpickle
 
+        stamp = f"{time.monotonic_ns()}-{uuid.uuid4().hex}.pkl"
         try:
-            with open(os.path.join(folder, f"{time.monotonic_ns()}-{uuid.uuid4().hex}.pkl"), "wb") as fh:
+            with open(os.path.join(folder, stamp), "wb") as fh:
                 cloudpickle.dump((args, kwargs), fh)
         except Exception:  # noqa: BLE001 - a call that cannot be recorded is only not replayed
             pass
-        return fn(*args, **kwargs)
+        result = fn(*args, **kwargs)
+        try:   # what the solution returned, for the recorded-results candidates' first look
+            os.makedirs(os.path.join(folder, "results"), exist_ok=True)
+            with open(os.path.join(folder, "results", stamp), "wb") as fh:
+                cloudpickle.dump(result, fh)
+        except Exception:  # noqa: BLE001
+            pass
+        return result
 
     return recorded
 
@@ -513,6 +522,135 @@ def _solution_namespace(path: str) -> dict:
         if keep and len(keep) == len(tree.body):
             exec(compile(ast.Module(body=keep, type_ignores=[]), path, "exec"), ns)
     return ns
+
+
+def _same(a, b) -> bool:
+    """A candidate's return equals the solution's (numpy arrays by value, else ==; errors: not equal)."""
+    import numpy as np
+
+    try:
+        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            a, b = np.asarray(a), np.asarray(b)
+            return a.shape == b.shape and a.dtype.kind == b.dtype.kind and bool(np.allclose(a, b, equal_nan=True))
+        return bool(a == b)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _recorded_values(release: Path, lessons_of_q: list) -> list:
+    """The values a release's lesson recordings (course_lib/recorded/NN.pkl) hold, and the items of
+    its dicts, lists and tuples one level down: what a student could copy out of them."""
+    import pickle
+
+    blobs = {}
+    for number in lessons_of_q:
+        path = release / "course_lib" / "recorded" / f"{number}.pkl"
+        if not path.exists():
+            continue
+        for cell in pickle.loads(path.read_bytes()).values():
+            for blob in cell["values"].values():
+                try:
+                    value = pickle.loads(blob)
+                except Exception:  # noqa: BLE001
+                    continue
+                items = [value]
+                if isinstance(value, dict):
+                    items += list(value.values())
+                elif isinstance(value, (list, tuple)):
+                    items += list(value)
+                for item in items:
+                    try:
+                        blobs.setdefault(pickle.dumps(item), item)
+                    except Exception:  # noqa: BLE001
+                        pass
+    return list(blobs.values())
+
+
+def _recorded_candidates(values: list, q: dict, results: list) -> list:
+    """Functions of the question's arity that return a recorded value (or look their first argument
+    up in a recorded dict), kept only if they return what the solution returned on every recorded
+    call of the visible checks (``results``: (args, kwargs, result)); a candidate that fails that
+    cannot pass the checks, which compare returns."""
+    names = [q["first"] or "a0"] + [f"a{i}" for i in range(1, q["required"])]
+    params = ", ".join(names[: q["required"]])
+    out = []
+    for k, v in enumerate(values):
+        ns = {"_v": v, "_copy": __import__("copy")}
+        exec(f"def constant({params}):\n    return _copy.deepcopy(_v)\n", ns)
+        fns = [(f"recorded value {k} ({type(v).__name__})", ns["constant"])]
+        if isinstance(v, dict) and q["required"]:
+            exec(f"def lookup({params}):\n    return _copy.deepcopy(_v[{(q['first'] or 'a0')}])\n", ns)
+            fns.append((f"lookup in recorded dict {k}", ns["lookup"]))
+        for label, fn in fns:
+            ok = bool(results)
+            for args, kwargs, result in results:
+                try:
+                    got = fn(*args, **kwargs)
+                except Exception:  # noqa: BLE001
+                    ok = False
+                if not (ok and _same(got, result)):
+                    ok = False
+                    break
+            if ok:
+                out.append((label, fn))
+    return out
+
+
+def _control_results(folder: Path) -> list:
+    """(args, kwargs, result) of the solution's recorded calls (results without replayable args get
+    placeholder args: only constants can match them)."""
+    import pickle
+
+    out = []
+    for path in sorted((folder / "results").glob("*.pkl")):
+        try:
+            result = pickle.loads(path.read_bytes())
+        except Exception:  # noqa: BLE001
+            continue
+        call = folder / path.name
+        try:
+            args, kwargs = pickle.loads(call.read_bytes())
+        except Exception:  # noqa: BLE001
+            args, kwargs = None, None
+        out.append((args, kwargs, result))
+    return out
+
+
+def recorded_main(spec_path, out_path):
+    """Child process: the values in the release's lesson recordings, tried as every answer."""
+    spec = json.loads(Path(spec_path).read_text())
+    release = Path(spec["release"])
+    sys.path.insert(0, str(release))
+    from course_lib.grading import get_question, load_lesson
+
+    for lesson in sorted({q["lesson"] for q in spec["questions"].values()}):
+        load_lesson(lesson, with_hidden=False)
+    records = Path(out_path).parent / "inputs"
+    controls = []
+    for qid, q in spec["questions"].items():
+        ns = _solution_namespace(spec["solutions"][q["lesson"]])
+        (records / qid).mkdir(parents=True, exist_ok=True)
+        limit = get_question(qid).timeout
+        controls.append((qid, qid, q["name"], _recording(ns[q["name"]], records / qid), limit, limit + 10, ()))
+    control_status, _ = _run_jobs(controls, 2)
+    jobs, per_q = [], {}
+    for qid, q in spec["questions"].items():
+        results = _control_results(records / qid)
+        for k, (args, _, result) in enumerate(results):
+            if args is None:   # a communicator's call: only a constant can match, so give it any arguments
+                results[k] = ((None,) * q["required"], {}, result)
+        values = _recorded_values(release, spec["lessons_of"][qid])
+        cands = _recorded_candidates(values, q, results)
+        per_q[qid] = {"values": len(values), "calls": len(results), "survivors": len(cands), "passed": [],
+                      "control": control_status[qid]}
+        timeout = get_question(qid).timeout
+        jobs += [((qid, label), qid, q["name"], fn, timeout, timeout + 5, ()) for label, fn in cands]
+    results, _ = _run_jobs(jobs, PARALLEL)
+    for (qid, label), status in results.items():
+        if status == "passed":
+            per_q[qid]["passed"].append(label)
+    Path(out_path).write_text(json.dumps({"questions": per_q}, indent=1))
+    return 0
 
 
 def candidates_main(spec_path, out_path):
@@ -750,10 +888,12 @@ def test_stand_in_takes_the_def_and_what_it_uses(tmp_path, monkeypatch):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "candidates":
+    if len(sys.argv) == 4 and sys.argv[1] in ("candidates", "recorded"):
         # No candidate may start MPI: MPI_Init in a child that then ends with os._exit leaves
         # MPICH's shared-memory segment behind in /dev/shm. (No answer needs MPI.)
         sys.modules["mpi4py"] = None
+        if sys.argv[1] == "recorded":
+            sys.exit(recorded_main(sys.argv[2], sys.argv[3]))
         sys.exit(candidates_main(sys.argv[2], sys.argv[3]))
     sys.exit("usage: python tests/test_release.py candidates SPEC.json OUT.json")
 

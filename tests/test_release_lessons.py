@@ -1,0 +1,182 @@
+"""The student release teaches before its exercises are solved, and runs the student's code after.
+
+The release is built from this run's own executions of the lesson notebooks (``executed_notebook``
+records, per cell, the outputs and values that the release replays: ``course_lib/replay.py``).
+Then every release lesson is executed twice, as a student runs it, with the release's library
+(stand-ins in ``course_lib/reference``):
+
+* with the blank exercises the release ships: no cell ends in an error; every cell that needed a
+  missing answer shows its recorded result under a first line that says so and names the exercise
+  (or, for a knock-on, the replayed cell it builds on); the status cell lists the lesson's exercises
+  as not written; and the cells the kernel replayed are exactly the announced ones;
+* with the solutions pasted in as the exercises: no error, nothing replayed, and the exercise
+  answers the lesson ran (logged by the stand-ins) are exactly the manifest's ``uses``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_lib import lessons
+from course_lib.release import RecordedLesson, build
+from course_lib.replay import BANNER
+from course_lib.standin import ENV as EXERCISES_ENV
+from course_lib.standin import LOG_ENV
+
+from common import NOTEBOOKS, SOLUTIONS, _environment
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("release_lessons")]
+
+LESSONS = list(lessons.LESSONS)
+_REPORT_CELL = """
+import json as _json, course_lib as _cl, course_lib.replay as _replay
+print("REPLAY-REPORT " + _json.dumps({"course_lib": _cl.__file__, "replayed": _replay.replayed_cells()}))
+"""
+
+
+@pytest.fixture(scope="module")
+def release(executed_notebook, tmp_path_factory):
+    """The student release, its lessons recorded from this test run's own notebook executions."""
+    recorded = {}
+    for x in LESSONS:
+        ran = executed_notebook(NOTEBOOKS / x.notebook)
+        assert not ran.errors, f"{x.notebook} fails in the checkout: {ran.errors}"
+        recorded[x.number] = RecordedLesson(ran.notebook, ran.recording)
+    out = tmp_path_factory.mktemp("release") / "course"
+    build(out, archive=False, recorded=recorded)
+    solved = tmp_path_factory.mktemp("solved")
+    for path in SOLUTIONS.glob("*.ipynb"):
+        shutil.copy(path, solved / path.name)
+    return out, solved
+
+
+def run_release_lesson(root: Path, lesson, exercises: Path, log: Path):
+    """Execute a release lesson as a student does (its own folder, the release's library, the
+    exercise notebooks in ``exercises``); returns (the executed notebook, the kernel's report)."""
+    from nbclient import NotebookClient
+
+    path = root / "notebooks" / lesson.notebook
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+    nb.cells.append(nbformat.v4.new_code_cell(_REPORT_CELL))
+    env = dict(os.environ, PYTHONPATH=str(root), MPLBACKEND="Agg", **{EXERCISES_ENV: str(exercises),
+                                                                         LOG_ENV: str(log)})
+    env.pop("COURSE_RECORD_DIR", None)
+    with _environment(env):
+        NotebookClient(nb, timeout=240, kernel_name="python3", allow_errors=True,
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    report = next(json.loads(line.split(" ", 1)[1]) for o in nb.cells[-1].outputs
+                  for line in o.get("text", "").splitlines() if line.startswith("REPLAY-REPORT "))
+    assert report["course_lib"].startswith(str(root)), report
+    return nb, report
+
+
+def _errors(nb) -> list:
+    return [(k, o.ename, o.evalue[:200]) for k, c in enumerate(nb.cells) if c.cell_type == "code"
+            for o in c.outputs if o.output_type == "error"]
+
+
+def _banners(nb) -> list:
+    """(cell index, first output's text) of every cell whose first output is a replay banner."""
+    out = []
+    for k, c in enumerate(nb.cells):
+        if c.cell_type == "code" and c.outputs:
+            first = c.outputs[0]
+            text = first.get("text") or first.get("data", {}).get("text/plain", "")
+            text = "".join(text) if isinstance(text, list) else text
+            if text.startswith(BANNER):
+                out.append((k, text))
+    return out
+
+
+def _status_lines(nb, lesson) -> dict:
+    """{question id: state} as the status cell printed it."""
+    status = next(c for c in nb.cells if c.cell_type == "code" and "lesson_status(" in c.source)
+    text = "".join(o.get("text", "") for o in status.outputs)
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\s+(ex\d\d_\d+)\s+\S+\s+(written|not written)", text, re.M)}
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda x: x.number)
+def test_release_lesson_teaches_with_blank_exercises(release, lesson, tmp_path):
+    root, _ = release
+    t0 = time.perf_counter()
+    nb, report = run_release_lesson(root, lesson, root / "exercises", tmp_path / "used.log")
+    print(f"{lesson.notebook}, blank exercises: {time.perf_counter() - t0:.1f} s, "
+          f"{len(report['replayed'])} cells replayed")
+    assert not _errors(nb), f"{lesson.notebook} with blank exercises: {_errors(nb)}"
+    banners = _banners(nb)
+    assert len(banners) == len(report["replayed"]), (banners, report["replayed"])
+    named = {q for _, q in report["replayed"] if q}
+    assert named <= set(lesson.uses), f"replayed for {named - set(lesson.uses)}, not in the manifest's uses"
+    for (_, text), (_, qid) in zip(banners, report["replayed"]):
+        assert (qid in text) if qid else ("builds on it" in text), text
+    if lesson.uses:
+        assert report["replayed"], f"{lesson.notebook} runs on {lesson.uses} yet nothing was replayed"
+        assert report["replayed"][0][1], "the first replayed cell must name its exercise"
+    assert _status_lines(nb, lesson) == {q: "not written" for q in lesson.uses}
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda x: x.number)
+def test_release_lesson_runs_the_students_answers(release, lesson, tmp_path):
+    root, solved = release
+    log = tmp_path / "used.log"
+    t0 = time.perf_counter()
+    nb, report = run_release_lesson(root, lesson, solved, log)
+    print(f"{lesson.notebook}, solutions as exercises: {time.perf_counter() - t0:.1f} s")
+    assert not _errors(nb), f"{lesson.notebook} with the solutions as exercises: {_errors(nb)}"
+    assert not _banners(nb) and not report["replayed"], report["replayed"]
+    used = set(log.read_text().split()) if log.exists() else set()
+    assert used == set(lesson.uses), f"the lesson ran the answers to {sorted(used)}; the manifest says {lesson.uses}"
+    assert _status_lines(nb, lesson) == {q: "written" for q in lesson.uses}
+
+
+def test_release_ships_each_lesson_executed_with_its_recording(release):
+    root, _ = release
+    for x in LESSONS:
+        nb = nbformat.read(root / "notebooks" / x.notebook, as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert all(c.execution_count for c in code), f"{x.notebook} ships unexecuted cells"
+        assert any(o.get("data", {}).get("image/png") for c in code for o in c.outputs), f"{x.notebook}: no figure"
+        assert (root / "course_lib" / "recorded" / f"{x.number}.pkl").stat().st_size > 0
+
+
+def test_recorded_values_pass_no_question(release, tmp_path):
+    """A recording is data from runs with the reference answers: no value in it (or in its dicts,
+    lists and tuples), returned as it is or looked up by the first argument, may pass a question's
+    visible checks. Each is tried first against what the solution returned on the checks' own calls;
+    the few that match are run through the checks in a forked child (tests/test_release.py)."""
+    import subprocess
+    import sys
+
+    from test_release import solution_functions
+
+    root, _ = release
+    questions = solution_functions()
+    spec = {"release": str(root), "questions": questions,
+            "solutions": {p.name[:2]: str(p) for p in SOLUTIONS.glob("[0-9][0-9]_*.ipynb")},
+            "lessons_of": {qid: sorted({x.number for x in LESSONS if qid in x.uses} | {q["lesson"]})
+                           for qid, q in questions.items()}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = dict(os.environ, PYTHONPATH=str(root), MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("COURSE_EXERCISES", None)
+    script = Path(__file__).resolve().parent / "test_release.py"
+    proc = subprocess.run([sys.executable, str(script), "recorded", str(tmp_path / "spec.json"),
+                           str(tmp_path / "out.json")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads((tmp_path / "out.json").read_text())["questions"]
+    for qid, r in out.items():
+        print(f"  {qid}: {r['values']} recorded values, {r['calls']} solution calls, "
+              f"{r['survivors']} matched them; control {r['control']}")
+    assert sum(r["values"] for r in out.values()) > 100, "the recordings hold almost nothing"
+    passed = {qid: r["passed"] for qid, r in out.items() if r["passed"]}
+    assert not passed, f"recorded values pass questions: {passed}"

@@ -137,9 +137,11 @@ def _check_01(ran, cores):
     if not beyond:
         assert line(ran, f"The sweep ends at p = {ps[-1]}")
     elif got:
-        no_gain = all(speedup[p - 1] <= speedup[n - 1] * 1.1 for p in beyond)
+        t_shard = v["t_shard"]
+        gain = {p: max(1.0, n * t_shard[n] / (p * t_shard[p])) for p in beyond}
+        no_gain = all(speedup[p - 1] <= speedup[n - 1] * gain[p] * 1.1 for p in beyond)
         said = line(ran, f"At p = {n} (the {e:.2f} effective cores, rounded) the workers got their cores")
-        assert f"(within 10%): {no_gain} (" in said
+        assert f"within 10%): {no_gain} (" in said and all(f"{gain[p]:.2f}x at p = {p}" in said for p in beyond)
     else:
         assert f"the probe found {e:.2f} of the {tried} usable cores" in line(ran, "The machine is busy, or has")
     assert v["lat_ps"] == sorted({1, 2, ps[-1]}) and v["incast_ps"][-1] == max(4, ps[-1])

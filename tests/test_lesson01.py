@@ -67,7 +67,12 @@ def test_the_speedup_stays_under_its_ceiling(ran):
     assert ("possible" in said) == (ceiling[1] > 2) and ("ruled out" in said) == (ceiling[1] <= 2)
     n = v["n_cores"]
     assert n == min(max(1, int(cores + 0.5)), ps[-1])
-    past = [speedup[p - 1] <= speedup[n - 1] * 1.1 for p in ps if p > n]
+    # past the cores, more workers gain at most the map work their smaller shards save, not 1.1x: under
+    # taskset -c 0 a shard of N/2 rows mapped 1.37x as fast per row as all N rows (one run there measured
+    # 1.97x at p = 2, which the old 1.1x bound called a gain from the cores)
+    gain = {p: max(1.0, n * t_shard[n] / (p * t_shard[p])) for p in ps if p > n}
+    assert v["shard_gain"] == pytest.approx(gain)
+    past = [speedup[p - 1] <= speedup[n - 1] * gain[p] * 1.1 for p in gain]
     assert v["no_gain_past_cores"] == all(past)
     tried = min(v["usable"], v["probed"]["k"][-1])              # the probe found these free, or not
     assert v["probe_got"] == (cores >= 0.8 * tried)
@@ -76,8 +81,9 @@ def test_the_speedup_stays_under_its_ceiling(ran):
         assert line(ran, f"The sweep ends at p = {ps[-1]}, within the")
     elif v["got_the_cores"]:                                    # the claim is made only then
         assert v["no_gain_past_cores"], speedup
-        assert "(within 10%): True (speedups" in line(ran, f"At p = {n} (the {cores:.2f} effective cores, rounded) "
-                                                         "the workers got their cores")
+        said = line(ran, f"At p = {n} (the {cores:.2f} effective cores, rounded) the workers got their cores")
+        assert "; within 10%): True (speedups" in said
+        assert all(f"{gain[p]:.2f}x at p = {p}" in said for p in gain), said
     else:
         assert f"the probe found {cores:.2f} of the {tried} usable cores" in line(ran, "The machine is busy, or has")
     assert v["model"].speedup(ps[-1]) <= cores + 1e-9

@@ -18,7 +18,7 @@ def test_one_process_is_serial_sgd_and_the_verdicts_are_the_runs(ran):
         faster = "faster" if free.wall_time < one.wall_time else "slower"
         held = " and ".join(f"{s:.0%}" for s in free.cpu_share)
         assert (f"on this run, {name}: two lock-free processes were {faster} than one "
-                f"({one.wall_time / free.wall_time:.2f}x) and held their cores {held} of the time; "
+                f"({one.wall_time / free.wall_time:.2f}x) and held a core {held} of the time; "
                 f"two that share nothing: {one.wall_time / apart.wall_time:.2f}x; "
                 f"the lock cost {locked.wall_time / free.wall_time:.2f}x the lock-free time") in ran.printed
         assert all(0 < s < 1.05 for r in (one, free) for s in r.cpu_share), name

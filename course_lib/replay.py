@@ -28,6 +28,7 @@ import os
 import pickle
 import re
 import sys
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +36,10 @@ from pathlib import Path
 #: each cell's values go (one pickle per cell, merged by :func:`merge_recording`).
 RECORD_ENV = "COURSE_RECORD_DIR"
 RECORDED = Path(__file__).resolve().parent / "recorded"   # the release's recordings, one per lesson
-MAX_VALUE_BYTES = 20_000_000      # a larger value is not recorded (the cells after it recompute it)
+# A value larger than this, compressed, is not recorded: a cell after it that reads it is recorded
+# instead and replayed as a knock-on. (Training data and long traces, mostly; the lessons' 26 MB
+# of recordings at this cap would be 290 MB uncapped and uncompressed.)
+MAX_VALUE_BYTES = 1_000_000
 BANNER = "recorded result"        # every replayed cell's first line starts with this
 
 _UNSOLVED = re.compile(r"is what exercise (ex\d\d_\d+) asks you to write")
@@ -199,6 +203,11 @@ def _calls_so_far(folder: Path) -> int:
     except FileNotFoundError:
         return 0
 
+def unpack(blob: bytes):
+    """A recorded value (see :func:`_picklable`)."""
+    return pickle.loads(zlib.decompress(blob))
+
+
 def _picklable(value) -> bytes | None:
     import types
 
@@ -213,7 +222,8 @@ def _picklable(value) -> bytes | None:
         return None
     if any(handle in blob for handle in _HANDLES):
         return None   # it names a resource of the recording kernel, gone when it is replayed
-    return blob if len(blob) <= MAX_VALUE_BYTES else None
+    packed = zlib.compress(blob, 6)
+    return packed if len(packed) <= MAX_VALUE_BYTES else None
 
 
 def record_cell(folder: Path, source: str, namespace: dict) -> set:
@@ -327,7 +337,7 @@ def _restore(shell, source: str, values: dict) -> None:
             pass
     for name, blob in values.items():
         try:
-            shell.user_ns[name] = pickle.loads(blob)
+            shell.user_ns[name] = unpack(blob)
         except Exception:  # noqa: BLE001 - a value whose class moved since the build is recomputed later
             pass
 

@@ -542,6 +542,8 @@ def _recorded_values(release: Path, lessons_of_q: list) -> list:
     its dicts, lists and tuples one level down: what a student could copy out of them."""
     import pickle
 
+    from course_lib.replay import unpack
+
     blobs = {}
     for number in lessons_of_q:
         path = release / "course_lib" / "recorded" / f"{number}.pkl"
@@ -550,7 +552,7 @@ def _recorded_values(release: Path, lessons_of_q: list) -> list:
         for cell in pickle.loads(path.read_bytes()).values():
             for blob in cell["values"].values():
                 try:
-                    value = pickle.loads(blob)
+                    value = unpack(blob)
                 except Exception:  # noqa: BLE001
                     continue
                 items = [value]

@@ -7,6 +7,7 @@ values), and what it must not do (hide a real error)."""
 from __future__ import annotations
 
 import pickle
+import zlib
 
 import numpy as np
 import pytest
@@ -72,9 +73,9 @@ def shell(monkeypatch):
     second = "spectra = {'ring': W.sum()}\nprint(spectra)\n"
     recording = {
         replay.cell_key(first): {"outputs": [{"output_type": "stream", "name": "stdout", "text": "W recorded\n"}],
-                                 "values": {"W": pickle.dumps(np.full((2, 2), 0.5))}},
+                                 "values": {"W": zlib.compress(pickle.dumps(np.full((2, 2), 0.5)))}},
         replay.cell_key(second): {"outputs": [{"output_type": "stream", "name": "stdout", "text": "{'ring': 2.0}\n"}],
-                                  "values": {"spectra": pickle.dumps({"ring": 2.0})}},
+                                  "values": {"spectra": zlib.compress(pickle.dumps({"ring": 2.0}))}},
     }
     sh.user_ns["np"] = np
     replay.install_replay("04", recording)
@@ -138,3 +139,53 @@ def test_a_widget_callback_that_needs_a_missing_answer_says_so_in_one_line(shell
     out = capsys.readouterr().out
     assert out.strip() == ("This widget runs on your answer to ex04_2: solve it (and save the exercise notebook) "
                            "to use it.")
+
+
+def test_while_recording_every_reference_answer_notes_its_call_from_any_process(tmp_path):
+    """The recording keeps only the cells that ran an answer: each answer, imported anywhere in the
+    library (here through lesson 04's wrapper, in the parent and in forked and spawned workers),
+    appends its question id to the recording folder's log."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import networkx as nx
+        import course_lib.gossip as gs
+        from course_lib import Cluster
+
+        def ask(comm):
+            return float(gs.metropolis_hastings(nx.cycle_graph(4))[0, 1])
+
+        if __name__ == "__main__":
+            gs.metropolis_hastings(nx.cycle_graph(4))                 # ex04_1, in this process
+            for method in ("fork", "spawn"):
+                with Cluster(2, start_method=method) as c:
+                    assert c.run(ask) == [1 / 3, 1 / 3]
+    """)
+    env = dict(os.environ, **{replay.RECORD_ENV: str(tmp_path)})
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    calls = (tmp_path / replay.CALLS_LOG).read_text().split()
+    assert calls == ["ex04_1"] * 5, calls
+    proc = subprocess.run([sys.executable, "-c", "import course_lib.reference.ex04 as m; print(m.metropolis_weights)"],
+                          env={k: v for k, v in env.items() if k != replay.RECORD_ENV}, capture_output=True, text=True)
+    assert "traced" not in proc.stdout, "outside a recording the answers are not wrapped"
+
+
+def test_merge_keeps_only_the_cells_the_kernel_listed(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("a = 1"), nbformat.v4.new_code_cell("b = answer()")]
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="hi\n")]
+    for cell in nb.cells:
+        replay.record_cell(tmp_path, cell.source, {"a": 1, "b": np.arange(3)})
+    (tmp_path / "cells.txt").write_text(replay.cell_key("b = answer()") + "\n")
+    merged = replay.merge_recording(nb, tmp_path)
+    assert list(merged) == [replay.cell_key("b = answer()")]
+    entry = merged[replay.cell_key("b = answer()")]
+    assert entry["outputs"][0]["text"] == "hi\n" and np.array_equal(replay.unpack(entry["values"]["b"]), np.arange(3))
+    missing = replay.record_cell(tmp_path, "big = make()", {"big": np.random.default_rng(0).random(400_000)})
+    assert missing == {"big"}, "a value over the cap is reported, so the cells that read it are recorded"

@@ -180,3 +180,25 @@ def test_recorded_values_pass_no_question(release, tmp_path):
     assert sum(r["values"] for r in out.values()) > 100, "the recordings hold almost nothing"
     passed = {qid: r["passed"] for qid, r in out.items() if r["passed"]}
     assert not passed, f"recorded values pass questions: {passed}"
+
+
+def test_instructions_in_the_release_work_as_written(tmp_path):
+    """What the release tells students to run exists there: no pytest (the release has neither it nor
+    tests/), every ``make X`` is a target of its Makefile, and every question has its check cell."""
+    from course_lib.reference import QUESTIONS
+
+    out = build(tmp_path / "course", archive=False)
+    makefile = (out / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][\w-]*(?: [a-z][\w-]*)*):", makefile, re.M))
+    targets = {t for line in targets for t in line.split()}
+    texts = {"README.md": (out / "README.md").read_text()}
+    for path in [out / "START_HERE.ipynb", *sorted((out / "notebooks").glob("*.ipynb")),
+                 *sorted((out / "exercises").glob("*.ipynb"))]:
+        texts[str(path.relative_to(out))] = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
+    for name, text in texts.items():
+        assert "pytest" not in text, f"{name} tells students to run pytest"
+        for target in re.findall(r"`make ([a-z][\w-]*)", text):
+            assert target in targets, f"{name} mentions make {target}, which the release's Makefile lacks"
+    exercises = "\n".join(texts[k] for k in texts if k.startswith("exercises/"))
+    for qid in QUESTIONS:
+        assert f'check("{qid}")' in exercises, f"no check cell for {qid}"

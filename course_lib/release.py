@@ -124,22 +124,14 @@ def record_lesson(path: Path, timeout: int = 600) -> RecordedLesson:
     import tempfile
 
     import nbformat
-    from nbclient import NotebookClient
 
+    from . import nbrun
     from .replay import RECORD_ENV, merge_recording
 
     nb = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory(prefix="course_record_") as folder:
-        saved = os.environ.get(RECORD_ENV)
-        os.environ[RECORD_ENV] = folder          # the kernel inherits it; lesson_status() reads it
-        try:
-            NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                           resources={"metadata": {"path": str(path.parent)}}).execute()
-        finally:
-            if saved is None:
-                os.environ.pop(RECORD_ENV, None)
-            else:
-                os.environ[RECORD_ENV] = saved
+        # the kernel inherits RECORD_ENV; lesson_status() and `import course_lib` read it
+        nbrun.execute(nb, path.parent, timeout=timeout, env=dict(os.environ, **{RECORD_ENV: folder}))
         return RecordedLesson(nb, merge_recording(nb, Path(folder)))
 
 

@@ -7,7 +7,6 @@ import os
 import pickle
 import re
 import tempfile
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_lib import nbrun
 from course_lib.allreduce_bench import mpiexec_path
 from course_lib.replay import RECORD_ENV, merge_recording
 
@@ -127,8 +127,6 @@ def line(ran, start: str) -> str:
 def execute_notebook(path: Path, start_method: str = "default") -> ExecutedNotebook:
     """Execute ``path`` headless (nbclient, in its own folder), as a student would, under
     ``start_method`` ("default" keeps the platform's); time its cells; read its values back."""
-    from nbclient import NotebookClient
-
     nb = nbformat.read(path, as_version=4)
     n_cells = len(nb.cells)
     fd, dump = tempfile.mkstemp(suffix=".pkl", prefix="notebook_values_")
@@ -137,15 +135,10 @@ def execute_notebook(path: Path, start_method: str = "default") -> ExecutedNoteb
     env = dict(os.environ)
     if start_method != "default":
         env["COURSE_START_METHOD"] = start_method  # read by course_lib in the kernel
-    client = NotebookClient(nb, timeout=NOTEBOOK_TIMEOUT_S, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
     with tempfile.TemporaryDirectory(prefix="course_record_") as record:
         env[RECORD_ENV] = record       # the run is also the release's recording (tests/test_release_lessons.py)
         try:
-            with _environment(env):
-                t0 = time.perf_counter()
-                client.execute()
-                seconds = time.perf_counter() - t0
+            seconds = nbrun.execute(nb, path.parent, timeout=NOTEBOOK_TIMEOUT_S, env=env)
             with open(dump, "rb") as f:
                 values = pickle.load(f)
         finally:
@@ -155,17 +148,4 @@ def execute_notebook(path: Path, start_method: str = "default") -> ExecutedNoteb
     return ExecutedNotebook(path, nb, seconds, values, recording)
 
 
-class _environment:
-    """``os.environ`` replaced for the duration of a ``with`` (the kernel inherits it)."""
-
-    def __init__(self, env: dict):
-        self.env, self.saved = env, None
-
-    def __enter__(self):
-        self.saved = dict(os.environ)
-        os.environ.clear()
-        os.environ.update(self.env)
-
-    def __exit__(self, *exc):
-        os.environ.clear()
-        os.environ.update(self.saved)
+_environment = nbrun.environment   # tests that start a kernel under another environment

@@ -24,13 +24,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib import lessons
+from course_lib import lessons, nbrun
 from course_lib.release import RecordedLesson, build
 from course_lib.replay import BANNER
 from course_lib.standin import ENV as EXERCISES_ENV
 from course_lib.standin import LOG_ENV
 
-from common import NOTEBOOKS, SOLUTIONS, _environment
+from common import NOTEBOOKS, SOLUTIONS
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("release_lessons")]
 
@@ -60,8 +60,6 @@ def release(executed_notebook, tmp_path_factory):
 def run_release_lesson(root: Path, lesson, exercises: Path, log: Path):
     """Execute a release lesson as a student does (its own folder, the release's library, the
     exercise notebooks in ``exercises``); returns (the executed notebook, the kernel's report)."""
-    from nbclient import NotebookClient
-
     path = root / "notebooks" / lesson.notebook
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
@@ -71,9 +69,7 @@ def run_release_lesson(root: Path, lesson, exercises: Path, log: Path):
     env = dict(os.environ, PYTHONPATH=str(root), MPLBACKEND="Agg", **{EXERCISES_ENV: str(exercises),
                                                                          LOG_ENV: str(log)})
     env.pop("COURSE_RECORD_DIR", None)
-    with _environment(env):
-        NotebookClient(nb, timeout=240, kernel_name="python3", allow_errors=True,
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    nbrun.execute(nb, path.parent, timeout=240, allow_errors=True, env=env)
     report = next(json.loads(line.split(" ", 1)[1]) for o in nb.cells[-1].outputs
                   for line in o.get("text", "").splitlines() if line.startswith("REPLAY-REPORT "))
     assert report["course_lib"].startswith(str(root)), report

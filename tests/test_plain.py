@@ -1,12 +1,13 @@
 """The plain-data codec: the only thing that crosses the grading boundary (course_lib/grading/plain.py)."""
 import json
 import math
+import time
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
-from course_lib.grading.plain import MAX_DEPTH, PlainDataError, decode, encode, roundtrip
+from course_lib.grading.plain import MAX_BYTES, MAX_DEPTH, PlainDataError, decode, encode, roundtrip
 
 VALUES = [
     None, True, False, 0, -7, 2**100, 1.5, -0.0, complex(1, -2), "text", b"\x00\xff",
@@ -52,10 +53,12 @@ def test_nesting_and_size_are_capped():
     deep = []
     for _ in range(MAX_DEPTH + 2):
         deep = [deep]
-    with pytest.raises(PlainDataError, match="nested"):
+    with pytest.raises(PlainDataError, match="nested deeper than"):
         encode(deep)
-    with pytest.raises(PlainDataError, match="thousands of digits"):
+    with pytest.raises(PlainDataError, match="more than 4000 digits"):
         encode(10 ** 20000)
+    with pytest.raises(PlainDataError, match="more than 2000000 values"):
+        encode([None] * 2_000_001)
 
 
 @pytest.mark.parametrize("text, match", [
@@ -71,3 +74,47 @@ def test_nesting_and_size_are_capped():
 def test_malformed_messages_are_refused(text, match):
     with pytest.raises(PlainDataError, match=match):
         decode(text)
+
+
+# -- decoding is bounded: whatever the sandbox sends, a PlainDataError with a sentence, in time --
+
+_M61 = 2**61 - 1   # multiples of 2**61 - 1 all hash to 0: a set of them is quadratic to build
+
+
+@pytest.mark.parametrize("text, match", [
+    ("[" * 100_000 + "]" * 100_000, "nested deeper than 32 levels"),       # RecursionError in json.loads before
+    ("[" * 500 + "]" * 500, "nested deeper than 32 levels"),
+    (json.dumps({"__t": "complex", "re": 10**400, "im": 0}), "too large for a float"),  # OverflowError before
+    ("1" + "0" * 4100, "integer of more than 4000 digits"),
+    ("1" + "0" * 5000, "integer of more than 4000 digits"),
+    (json.dumps({"__t": "fraction", "n": 10**4100, "d": 3}), "integer of more than 4000 digits"),
+    (json.dumps([0] * 2_000_001), "more than 2000000 values"),
+    (json.dumps({"__t": "set", "v": [k * _M61 for k in range(50_000)]}), "same hash"),
+    (json.dumps({"__t": "dict", "v": [[k * _M61, 0] for k in range(50_000)]}), "same hash"),
+    (json.dumps({"__t": "tuple", "v": [[k * _M61] for k in range(3)]}), None),
+    (json.dumps({"__t": "nd", "dtype": "<f8", "shape": "ab", "v": ""}), "bad array shape"),
+    (json.dumps({"__t": "dict", "v": [[[1], 2]]}), "unhashable"),
+    (b'"\xff"', "not JSON"),
+], ids=["deep", "deep-500", "complex-overflow", "int-digits", "int-digits-json", "fraction-digits",
+        "many-values", "set-equal-hashes", "dict-equal-hashes", "tuple-ok", "shape", "unhashable-key", "utf8"])
+def test_decoding_is_bounded(text, match):
+    t0 = time.monotonic()
+    if match is None:
+        decode(text)
+    else:
+        with pytest.raises(PlainDataError, match=match):
+            decode(text)
+    assert time.monotonic() - t0 < 2
+
+
+def test_decoding_has_a_deadline():
+    # Past the collision bound's reach (few equal hashes), a message that still takes long stops at its deadline.
+    text = json.dumps([{"__t": "set", "v": list(range(200))} for _ in range(5000)])
+    with pytest.raises(PlainDataError, match="took more than"):
+        decode(text, timeout=0.0)
+    assert decode(text) == [set(range(200))] * 5000
+
+
+def test_messages_over_the_size_limit_are_refused_before_parsing():
+    with pytest.raises(PlainDataError, match="over the limit of 64 MiB"):
+        decode(b" " * (MAX_BYTES + 1))

@@ -135,7 +135,9 @@ def test_incast_on_the_emulated_network(ran):
 
 
 def test_the_straggler_model_predicts_the_run(ran):
-    """"the iteration follows the slowest"; the model with the straggler within 25% of the run."""
+    """"the iteration follows the slowest"; the model with the straggler within 25% of the run.
+    Both times are the faster of two runs: with one run without the straggler, a busy neighbour once
+    made it 29.6 ms (against 51.6 ms with it) at COURSE_USABLE_CORES=16 on a loaded 2-core machine."""
     v = ran.values
     s, maps, t_slow, t_fast = v["s"], v["maps"], v["t_slow"], v["t_fast"]
     assert maps[2] > 0.6 * t_slow                               # "the iteration follows the slowest"

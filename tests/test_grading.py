@@ -31,6 +31,7 @@ from course_lib.grading.checking import QuestionTimeout, time_limit
 from course_lib.grading.make_exercises import build_exercise, render, stale
 from course_lib.grading.regions import RegionError, lesson_of_path, replace_region_in_notebook, replace_regions
 from course_lib.grading.registry import DEFAULT_HIDDEN_DIR
+from course_lib.grading.report import safe_name
 from course_lib.grading.sandbox import Limits
 
 from common import EXERCISES, FIXTURES, REPO, SOLUTIONS, expected_points
@@ -401,20 +402,25 @@ def test_reports(batch):
         table = list(csv.reader(f))
     head = table[0]
     qids = [q.qid for q in all_questions() if q.lesson in LESSONS]
-    assert head[0] == "submission" and head[-2:] == ["total", "max"] and sorted(head[1:-2]) == sorted(qids)
+    tail = ["status", "sandbox", "checks", "total", "max"]
+    assert head[0] == "submission" and head[-5:] == tail and sorted(head[1:-5]) == sorted(qids)
     assert sorted(r[0] for r in table[1:]) == sorted(rows)
     for r in table[1:]:
         row = rows[r[0]]
         assert float(r[-2]) == row["score"] and float(r[-1]) == row["max_score"]
-        assert sum(float(x) for x in r[1:-2] if x) == row["score"]
+        assert sum(float(x) for x in r[1:-5] if x) == row["score"]
+        assert r[-5:-2] == ["ok", "bubblewrap" if _sandboxed() else r[-4], "visible+hidden"], r
     for sid, row in rows.items():
-        fb = json.loads((out / "feedback" / f"{sid}.json").read_text())
-        assert {"submission", "score", "max_score", "questions", "notes"} <= set(fb)
+        fb = json.loads((out / "feedback" / f"{safe_name(sid)}.json").read_text())
+        assert {"submission", "score", "max_score", "questions", "notes", "status", "sandbox", "checks"} <= set(fb)
         for q in fb["questions"]:
             assert {"qid", "points", "max_points", "status", "message", "traceback"} <= set(q)
-        gs = json.loads((out / "results" / sid / "results.json").read_text())
+        md = (out / "feedback" / f"{safe_name(sid)}.md").read_text()
+        assert f"**Score: {row['score']:g} / {row['max_score']:g}**" in md and str(REPO) not in md
+        gs = json.loads((out / "results" / safe_name(sid) / "results.json").read_text())
         assert gs["score"] == sum(t["score"] for t in gs["tests"]) == row["score"]
-        assert all({"name", "score", "max_score", "output", "status"} <= set(t) for t in gs["tests"])
+        assert all({"name", "score", "max_score", "output", "status", "visibility"} <= set(t) for t in gs["tests"])
+        assert all(t["max_score"] == 0 for t in gs["tests"] if t["visibility"] != "visible")
 
 
 def test_command_line_is_deterministic(batch, tmp_path):
@@ -436,7 +442,8 @@ def test_command_line_is_deterministic(batch, tmp_path):
 
 
 def test_grading_without_a_sandbox_says_so(tmp_path):
-    """Where bubblewrap cannot run, grading still works, says so plainly, and skips a cell calling os._exit."""
+    """Told to (COURSE_GRADING_NO_SANDBOX=1, or --no-sandbox), grading without bubblewrap works, says so
+    plainly, records it, and skips a cell calling os._exit. (Not told to, it refuses: test_grade_batch.py.)"""
     ex = nbformat.read(EXERCISES / solution_of("00").name, as_version=4)
     nb = apply_misbehaviour(ex, FIXTURES / "misbehaving" / "os_exit_cell.py")
     nbformat.write(nb, tmp_path / "00_student.ipynb")
@@ -445,7 +452,8 @@ def test_grading_without_a_sandbox_says_so(tmp_path):
                         env=dict(os.environ, COURSE_GRADING_NO_SANDBOX="1"))
     assert cp.returncode == 0, cp.stderr[-2000:]
     assert "grading without a sandbox" in cp.stderr
-    fb = json.loads((tmp_path / "out" / "feedback" / "00_student.json").read_text())
+    fb = json.loads((tmp_path / "out" / "feedback" / f"{safe_name('00_student')}.json").read_text())
+    assert fb["sandbox"] == "none: COURSE_GRADING_NO_SANDBOX=1 is set"
     assert fb["score"] == 0 and {q["status"] for q in fb["questions"]} == {"not_implemented"}
     assert any("exit code 7" in n for n in fb["notes"]), fb["notes"]
 

@@ -72,6 +72,16 @@ OUT ?= grades
 grade: $(STAMP)
 	$(BIN)/python -m course_lib.grade $(NB) --out $(OUT)
 
+# The Gradescope autograder (README, "Gradescope"): build/gradescope/autograder.zip, with setup.sh
+# and run_autograder at its top level. make gradescope LESSON=04 ships lesson 04's hidden checks only;
+# GRADESCOPE_ARGS=--no-sandbox lets it grade where bubblewrap cannot run (it refuses otherwise).
+LESSON ?=
+GRADESCOPE_ZIP ?= build/gradescope/autograder.zip
+.PHONY: gradescope
+gradescope: $(STAMP)
+	$(BIN)/python -m course_lib.grading.gradescope build --out $(GRADESCOPE_ZIP) \
+		$(if $(LESSON),--lesson $(LESSON)) $(GRADESCOPE_ARGS)
+
 clean-shm: $(STAMP)
 	$(BIN)/python -m course_lib.runtime.shm --sweep
 

@@ -198,3 +198,47 @@ def test_instructions_in_the_release_work_as_written(tmp_path):
     exercises = "\n".join(texts[k] for k in texts if k.startswith("exercises/"))
     for qid in QUESTIONS:
         assert f'check("{qid}")' in exercises, f"no check cell for {qid}"
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(420)
+def test_a_release_lesson_runs_all_in_jupyterlab_before_its_exercise_is_solved(release):
+    """Run All in a real JupyterLab (headless Chromium) goes through a release lesson with blank
+    exercises: a replayed cell succeeds, so the queue does not stop at it, and it shows its banner."""
+    try:
+        from .browser import lab
+    except ImportError:
+        from browser import lab
+
+    reason = lab.browser_missing_reason()
+    if reason:
+        if os.environ.get("COURSE_REQUIRE_BROWSER"):
+            pytest.fail(f"COURSE_REQUIRE_BROWSER is set but {reason}")
+        pytest.skip(reason)
+    root, _ = release
+    lesson = lessons.lesson("04")
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(root)          # the server's kernels import the release's library
+    try:
+        with lab.chromium() as browser, lab.LabServer(root / "notebooks", repo=root) as server:
+            page = lab.NotebookPage(browser, server, f"notebooks/{lesson.notebook}")
+            try:
+                page.open(timeout=90)
+                page.run_all()
+                state = page.wait_finished(timeout=240)
+                errors = lab.cell_errors(state)
+                assert not errors, "\n\n".join(errors)
+                code = [c["index"] for c in state["cells"] if c["type"] == "code"]
+                shown = [i for i in code if page.cell_output_text(i).lstrip().startswith(BANNER)]
+                assert shown, "no cell shows a recorded result"
+                print(f"{lesson.notebook} in JupyterLab, blank exercises: {len(code)} code cells ran, "
+                      f"{len(shown)} show a recorded result")
+            finally:
+                page.screenshot(Path(__file__).resolve().parents[1] / "artifacts" / "browser" /
+                                f"release_{lesson.number}_blank.png")
+                page.close()
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved

@@ -288,6 +288,7 @@ class _Session:
     current: str = ""                          # source of the cell running now
     replayed: list = field(default_factory=list)    # (cell key, question or None), in order
     handled: bool = False                      # the running cell's error was replayed
+    show_traceback: object = None              # IPython's own showtraceback (before ours wrapped it)
 
 
 _session: _Session | None = None
@@ -362,16 +363,14 @@ def _replay(shell, exc) -> bool:
     return True
 
 
-_show_traceback = None    # IPython's own showtraceback, before _quiet_widget_tracebacks wrapped it
-
-
 def _on_error(shell, etype, value, tb, tb_offset=None):
     """IPython's custom exception handler: replay, or show the traceback as IPython would (IPython
     ignores what a custom handler returns for an error in a cell, so it is shown here)."""
     if _session is not None and _replay(shell, value):
         _session.handled = True
         return None
-    (_show_traceback or shell.showtraceback)((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+    show = _session.show_traceback if _session is not None and _session.show_traceback else shell.showtraceback
+    show((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
     return None
 
 
@@ -386,11 +385,11 @@ def _post_run_cell(result) -> None:
     _session.handled = False
 
 
-def _quiet_widget_tracebacks(shell) -> None:
+def _quiet_widget_tracebacks(shell):
     """A widget callback (``interact``) that needs a missing answer says so in one line instead
-    of a traceback (ipywidgets shows a callback's error with ``showtraceback``)."""
-    global _show_traceback
-    show = _show_traceback = shell.showtraceback
+    of a traceback (ipywidgets shows a callback's error with ``showtraceback``). Returns IPython's
+    own ``showtraceback``."""
+    show = shell.showtraceback
 
     def showtraceback(exc_tuple=None, *args, **kwargs):
         exc = (exc_tuple or sys.exc_info())[1]
@@ -400,6 +399,7 @@ def _quiet_widget_tracebacks(shell) -> None:
         print(f"This widget runs on your answer to {qid}: solve it (and save the exercise notebook) to use it.")
 
     shell.showtraceback = showtraceback
+    return show
 
 
 def install_replay(lesson: str, recording: dict) -> None:
@@ -410,11 +410,12 @@ def install_replay(lesson: str, recording: dict) -> None:
     shell = get_ipython()
     if shell is None or (_session is not None and _session.lesson == lesson):
         return
+    show = _session.show_traceback if _session is not None else None
     if _session is None:
         shell.events.register("pre_run_cell", _pre_run_cell)
         shell.events.register("post_run_cell", _post_run_cell)
-        _quiet_widget_tracebacks(shell)
-    _session = _Session(lesson, recording)
+        show = _quiet_widget_tracebacks(shell)
+    _session = _Session(lesson, recording, show_traceback=show)
     shell.set_custom_exc((Exception,), _on_error)
 
 

@@ -132,7 +132,10 @@ ALLOWED_STATE = {
     # Unsandboxed grading kernels alive now, so that an interrupted grader can kill them.
     "grading.sandbox": {"_LIVE_KERNELS"},
     # On the student's side: the notebook a stand-in read, and the student functions it found.
-    "standin": {"_cache", "_found", "_lock", "_active"},
+    "standin": {"_cache", "_found", "_lock", "_active", "_logged"},
+    # In a notebook's kernel: its replay of recorded cells (one per kernel, set by the lesson's
+    # status cell); while a release is recorded, this process's descriptor of the calls log.
+    "replay": {"_session", "_log"},
 }
 
 

@@ -82,3 +82,13 @@ def test_a_file_the_manifest_does_not_list_is_caught(tmp_path, monkeypatch):
     monkeypatch.setattr(lessons, "LESSONS", lessons.LESSONS + (extra,))
     with pytest.raises(AssertionError):
         test_every_notebook_is_a_listed_lesson_and_every_lesson_has_its_notebook()
+
+
+def test_uses_names_known_questions_in_order():
+    """``uses`` lists exercise answers a lesson's cells run: known question ids, each once, of this
+    lesson or an earlier one (a lesson cannot need an answer the course has not asked for yet).
+    Which ones exactly is checked on real runs by tests/test_release_lessons.py."""
+    known = {q.qid for q in all_questions()}
+    for x in lessons.LESSONS:
+        assert len(set(x.uses)) == len(x.uses) and set(x.uses) <= known, (x.number, x.uses)
+        assert all(q[2:4] <= x.number for q in x.uses), (x.number, x.uses)

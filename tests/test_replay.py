@@ -67,7 +67,6 @@ def shell(monkeypatch):
     config.HistoryManager.hist_file = ":memory:"     # no history file in the user's home
     sh = InteractiveShell.instance(config=config)
     monkeypatch.setattr(replay, "_session", None)
-    monkeypatch.setattr(replay, "_show_traceback", None)
     unsolved = f"raise NotImplementedError({message('ex04_1', 'metropolis_weights')!r})"
     first = f"def helper():\n    return 7\nW = np.eye(2)\n{unsolved}\n"
     second = "spectra = {'ring': W.sum()}\nprint(spectra)\n"

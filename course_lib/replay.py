@@ -217,11 +217,11 @@ def _picklable(value) -> bytes | None:
         return None   # a figure's picture is in the recorded outputs
     try:
         blob = pickle.dumps(value)
+        if any(handle in blob for handle in _HANDLES):
+            return None   # it names a resource of the recording kernel (not rebuilt here: that attaches it)
         pickle.loads(blob)   # some objects pickle but cannot be rebuilt
     except Exception:  # noqa: BLE001 - whatever does not pickle is not recorded
         return None
-    if any(handle in blob for handle in _HANDLES):
-        return None   # it names a resource of the recording kernel, gone when it is replayed
     packed = zlib.compress(blob, 6)
     return packed if len(packed) <= MAX_VALUE_BYTES else None
 

@@ -77,7 +77,8 @@ class Limits:
     cell_timeout: float = CELL_TIMEOUT   # per code cell
     timeout: Optional[float] = None      # per question; None: each question's own (at most 20 s)
     memory_mb: Optional[int] = MEMORY_MB  # address-space limit per process; None: no limit
-    total_timeout: float = 600.0         # per submission, all attempts together
+    total_timeout: float = 600.0         # per submission, all attempts together (a deadline)
+    cpu_time: Optional[float] = None     # CPU seconds per sandbox, all its processes (default: total_timeout)
 
 
 @dataclass
@@ -179,54 +180,156 @@ def _kernel_env(seed: int, start_method: Optional[str], library: str, home: str)
 
 
 MAX_PROCESSES = 512     # per sandbox, where a pids cgroup can be made (a fork bomb stops there)
+CPU_WEIGHT_V2 = 100     # cgroup v2 cpu.weight of every sandbox (the default: all sandboxes equal)
+CPU_SHARES_V1 = 1024    # cgroup v1 cpu.shares of every sandbox (the default: all sandboxes equal)
+CPU_CHECK_EVERY = 0.5   # seconds between two reads of a sandbox's CPU time (the total CPU check)
 
 
-class _PidsCgroup:
-    """A cgroup-v1 ``pids`` group capping the processes of one sandbox, where this user may make one.
+def _cgroup2_root() -> Optional[Path]:
+    """Where cgroup v2 is mounted (``/sys/fs/cgroup``, or ``/sys/fs/cgroup/unified`` on hybrid systems)."""
+    for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+        if (root / "cgroup.controllers").exists():
+            return root
+    return None
 
-    (Without it, ``RLIMIT_NPROC`` would not help: it counts per user, and root ignores it.)
+
+class _SandboxCgroups:
+    """One cgroup per sandbox, where this user may make them (as root; cgroup v1 or v2).
+
+    - **CPU**: every sandbox gets the same weight (v2 ``cpu.weight``, else v1 ``cpu.shares``), so
+      the kernel's scheduler divides the cores between *sandboxes*, not between processes: a
+      submission that starts 128 busy processes gets the share of one submission, and one graded
+      beside it keeps its own;
+    - **processes**: at most :data:`MAX_PROCESSES` (v2 or v1 ``pids.max``; ``RLIMIT_NPROC`` would not
+      help: it counts per user, and root ignores it);
+    - **CPU time used** (v2 ``cpu.stat``, v1 ``cpuacct.usage``), for the total CPU check.
+
+    ``mechanism`` says which CPU mechanism is in use (None: none, see :class:`SandboxedKernel`).
     """
 
-    ROOT = Path("/sys/fs/cgroup/pids")
-
     def __init__(self):
-        self.path: Optional[Path] = None
-        try:
-            path = self.ROOT / f"course_grading_{os.getpid()}_{id(self):x}"
-            path.mkdir()
-            (path / "pids.max").write_text(str(MAX_PROCESSES))
-            self.path = path
-        except OSError:
-            pass
+        self.dirs: List[Path] = []
+        self.mechanism: Optional[str] = None
+        self._usage: Optional[tuple] = None
+        name = f"course_grading_{os.getpid()}_{id(self):x}"
+        v2 = _cgroup2_root()
+        if v2 is not None:
+            controllers = set((v2 / "cgroup.controllers").read_text().split())
+            want = [c for c in ("cpu", "pids") if c in controllers]
+            if want and self._enable(v2, want):
+                d = self._make(v2 / name)
+                if d is not None:
+                    if "cpu" in want and self._write(d / "cpu.weight", CPU_WEIGHT_V2):
+                        self.mechanism = f"cgroup v2 cpu.weight {CPU_WEIGHT_V2}"
+                    if "pids" in want:
+                        self._write(d / "pids.max", MAX_PROCESSES)
+                    self._usage = (d / "cpu.stat", "v2")
+        v1 = Path("/sys/fs/cgroup")
+        if self.mechanism is None and (v1 / "cpu" / "cpu.shares").exists():
+            d = self._make(v1 / "cpu" / name)
+            if d is not None and self._write(d / "cpu.shares", CPU_SHARES_V1):
+                self.mechanism = f"cgroup v1 cpu.shares {CPU_SHARES_V1}"
+        if (v1 / "pids").is_dir() and not (v1 / "pids" / "pids.max").exists():   # a v1 hierarchy's root
+            d = self._make(v1 / "pids" / name)
+            if d is not None:
+                self._write(d / "pids.max", MAX_PROCESSES)
+        if self._usage is None and (v1 / "cpuacct" / "cpuacct.usage").exists():
+            d = self._make(v1 / "cpuacct" / name)
+            if d is not None:
+                self._usage = (d / "cpuacct.usage", "v1")
 
-    def procs_file(self) -> Optional[str]:
-        return str(self.path / "cgroup.procs") if self.path else None
+    @staticmethod
+    def _enable(root: Path, controllers) -> bool:
+        try:
+            active = set((root / "cgroup.subtree_control").read_text().split())
+            missing = [c for c in controllers if c not in active]
+            if missing:
+                (root / "cgroup.subtree_control").write_text(" ".join("+" + c for c in missing))
+            return True
+        except OSError:
+            return False
+
+    def _make(self, path: Path) -> Optional[Path]:
+        try:
+            path.mkdir()
+        except OSError:
+            return None
+        self.dirs.append(path)
+        return path
+
+    @staticmethod
+    def _write(path: Path, value) -> bool:
+        try:
+            path.write_text(str(value))
+            return True
+        except OSError:
+            return False
+
+    def procs_files(self) -> List[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def cpu_seconds(self) -> Optional[float]:
+        """CPU time used by every process that was ever in the sandbox, or None where not counted."""
+        if self._usage is None:
+            return None
+        path, kind = self._usage
+        try:
+            text = path.read_text()
+        except OSError:
+            return None
+        if kind == "v1":
+            return int(text.strip()) / 1e9
+        fields = dict(line.split() for line in text.splitlines() if len(line.split()) == 2)
+        return int(fields["usage_usec"]) / 1e6 if "usage_usec" in fields else None
 
     def remove(self) -> None:
-        if self.path is not None:
+        for path in reversed(self.dirs):
             for _ in range(50):
                 try:
-                    self.path.rmdir()
+                    path.rmdir()
                     break
                 except OSError:
                     time.sleep(0.02)   # the killed processes are still being reaped
-            self.path = None
+        self.dirs = []
 
 
-def _limit_resources(memory_mb, procs_file: Optional[str]):
-    """Runs in the child before exec: no core files, the memory limit, into the pids cgroup."""
+def _limit_resources(memory_mb, cpu_seconds: Optional[float], procs_files: List[str]):
+    """Runs in the child before exec: no core files, the memory and CPU-time limits per process,
+    into the sandbox's cgroups."""
     def preexec():
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if memory_mb:
             lim = int(memory_mb) * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
-        if procs_file:
+        if cpu_seconds:
+            # Per process (every descendant inherits it): SIGXCPU at the soft limit, SIGKILL at the hard one.
+            soft = max(1, int(cpu_seconds))
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 5))
+        for procs_file in procs_files:
             try:
                 with open(procs_file, "w") as f:
                     f.write(str(os.getpid()))
             except OSError:
                 pass
     return preexec
+
+
+def _tree_cpu_seconds(proc) -> Optional[float]:
+    """CPU time of ``proc`` and its live descendants, plus what their reaped children used (psutil)."""
+    try:
+        import psutil
+
+        root = psutil.Process(proc.pid)
+        total = 0.0
+        for p in [root] + root.children(recursive=True):
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+            except psutil.Error:
+                pass
+        return total
+    except Exception:  # noqa: BLE001 - gone, or no psutil
+        return None
 
 
 class _CappedOutput(threading.Thread):
@@ -267,7 +370,15 @@ class _CappedOutput(threading.Thread):
 
 
 class SandboxedKernel:
-    """The grader's handle on one kernel in one sandbox."""
+    """The grader's handle on one kernel in one sandbox.
+
+    Every read and write on the channel has a deadline (a kernel that stops reading or answering
+    is killed); what it sends is decoded within bounds (:mod:`course_lib.grading.plain`). Where no
+    cpu cgroup could be made (:class:`_SandboxCgroups`), a thread reads the CPU time of the
+    sandbox's processes every :data:`CPU_CHECK_EVERY` s and kills the sandbox past its budget
+    (``Limits.cpu_time``, default ``Limits.total_timeout``); ``RLIMIT_CPU`` holds every process
+    to that budget too.
+    """
 
     def __init__(self, library: Path, limits: Limits, seed: int = 0, start_method: Optional[str] = None):
         self.seed = seed
@@ -289,10 +400,12 @@ class SandboxedKernel:
             self.scratch = tempfile.mkdtemp(prefix="course_grade_home_")
             cmd, cwd = kernel, self.scratch
             popen_env = dict(os.environ, **_kernel_env(seed, start_method, str(library), self.scratch))
-        self.cgroup = _PidsCgroup()
+        self.cgroup = _SandboxCgroups()
+        self.cpu_budget = limits.cpu_time or limits.total_timeout
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, cwd=cwd,
                                      env=popen_env, pass_fds=(to_kernel_r, from_kernel_w), start_new_session=True,
-                                     preexec_fn=_limit_resources(limits.memory_mb, self.cgroup.procs_file()))
+                                     preexec_fn=_limit_resources(limits.memory_mb, self.cpu_budget,
+                                                                 self.cgroup.procs_files()))
         self.started = time.time()
         if not usable:
             _LIVE_KERNELS.add(self.proc.pid)
@@ -303,23 +416,54 @@ class SandboxedKernel:
         self.output.start()
         self.lost: Optional[KernelLost] = None
         self.sandboxed = usable
+        self.cpu_exceeded: Optional[float] = None   # CPU seconds used when the CPU check stopped it
+        self._stop_watch = threading.Event()
+        if self.cgroup.mechanism is None:
+            threading.Thread(target=self._watch_cpu, daemon=True).start()
 
-    def wait_ready(self) -> None:
-        self.request(None, STARTUP_LIMIT)
+    def _cpu_seconds(self) -> Optional[float]:
+        used = self.cgroup.cpu_seconds()
+        return used if used is not None else _tree_cpu_seconds(self.proc)
+
+    def _watch_cpu(self) -> None:
+        """The total CPU check: kill the sandbox once its processes together used their budget."""
+        while not self._stop_watch.wait(CPU_CHECK_EVERY):
+            used = self._cpu_seconds()
+            if used is not None and used > self.cpu_budget:
+                self.cpu_exceeded = used
+                try:
+                    self.proc.kill()   # the channel then closes: request() reports why
+                except OSError:
+                    pass
+                return
+
+    def wait_ready(self, timeout: float = STARTUP_LIMIT) -> None:
+        self.request(None, timeout)
 
     def request(self, message: Optional[dict], timeout: float) -> dict:
-        """Send ``message`` (None: only read) and return the kernel's answer, or raise :class:`KernelLost`."""
+        """Send ``message`` (None: only read) and return the kernel's answer, all within ``timeout``
+        seconds; raise :class:`KernelLost` (the sandbox is then killed) or, for an answer that
+        arrived whole but is not plain data, :class:`channel.BadMessage` (the channel is still in step)."""
         if self.lost is not None:
             raise self.lost
+        deadline = time.monotonic() + timeout
         try:
             if message is not None:
-                channel.send(self.to_kernel, message)
-            return channel.recv(self.from_kernel, timeout)
-        except channel.ChannelTimeout:
-            limit = max(timeout - GRACE, 0)
-            self.lost = KernelLost("timeout", f"ran past the time limit ({limit:g} s) and was stopped")
+                channel.send(self.to_kernel, message, timeout=timeout)
+            return channel.recv(self.from_kernel, max(deadline - time.monotonic(), 0.001))
+        except channel.BadMessage:
+            raise
+        except channel.ChannelTimeout as e:
+            if "did not read" in str(e):
+                self.lost = KernelLost("timeout", "stopped reading the grader's requests and was stopped")
+            else:
+                limit = max(timeout - GRACE, 0)
+                self.lost = KernelLost("timeout", f"ran past the time limit ({limit:g} s) and was stopped")
         except (channel.ChannelClosed, PlainDataError, OSError):
             self.lost = KernelLost("crashed", self._death())
+        if self.cpu_exceeded is not None:
+            self.lost = KernelLost("timeout", f"used more than its {self.cpu_budget:g} s of CPU time "
+                                              f"(all its processes together) and was stopped")
         self.kill()
         raise self.lost
 
@@ -355,6 +499,7 @@ class SandboxedKernel:
                 pass
         self.to_kernel = self.from_kernel = -1
         self.output.join(timeout=1)
+        self._stop_watch.set()
         self.cgroup.remove()
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
@@ -429,31 +574,37 @@ class RemoteCode(StudentCode):
     def _budget(self) -> float:
         return max(0.05, self.deadline - time.monotonic())
 
-    def _ask(self, message: dict) -> dict:
+    def _ask(self, message: dict, name: str) -> dict:
+        """The kernel's answer; one that is not plain data (or past plain data's bounds: nesting,
+        size, digits, time to read) is the student's :class:`NotPlainData`, never the grader's error."""
         budget = self._budget()
         message.update(timeout=budget, seed=self.seed)
-        return self.kernel.request(message, budget + GRACE)
+        try:
+            return self.kernel.request(message, budget + GRACE)
+        except channel.BadMessage as e:
+            raise NotPlainData(name, str(e)) from None
 
     def __contains__(self, name):
-        return bool(self._ask({"op": "has", "name": name}).get("has"))
+        return bool(self._ask({"op": "has", "name": name}, name).get("has"))
 
     def __getitem__(self, name):
-        reply = self._ask({"op": "has", "name": name})
+        reply = self._ask({"op": "has", "name": name}, name)
         if not reply.get("has"):
             raise KeyError(name)
         if reply.get("callable"):
             return StudentFunction(self, name)
-        return self._answer(name, self._ask({"op": "get", "name": name}))
+        return self._answer(name, self._ask({"op": "get", "name": name}, name))
 
     def call(self, name, args, kwargs, observe=False):
         args, kwargs = to_plain_args(args, kwargs)
-        reply = self._ask({"op": "call", "name": name, "args": args, "kwargs": kwargs, "observe": observe})
+        reply = self._ask({"op": "call", "name": name, "args": args, "kwargs": kwargs, "observe": observe}, name)
         return self._answer(name, reply)
 
     def run_harness(self, ref, args, kwargs):
         args, kwargs = to_plain_args(args, kwargs)
-        reply = self._ask({"op": "harness", "ref": ref, "args": args, "kwargs": kwargs})
-        return self._answer(student_label(args, kwargs, ref.rsplit(":", 1)[-1]), reply)
+        label = student_label(args, kwargs, ref.rsplit(":", 1)[-1])
+        reply = self._ask({"op": "harness", "ref": ref, "args": args, "kwargs": kwargs}, label)
+        return self._answer(label, reply)
 
     @staticmethod
     def _answer(name: str, reply: dict):
@@ -486,8 +637,19 @@ def _raise(exc):
 # ----------------------------------------------------------------------------- grading
 
 def code_cells(notebook) -> List[tuple]:
-    """[(index, source)] of the non-empty code cells."""
-    return [(k, c.source) for k, c in enumerate(notebook.cells) if c.cell_type == "code" and c.source.strip()]
+    """[(index, number, source)] of the non-empty code cells: ``index`` in ``notebook.cells``,
+    ``number`` counting code cells only, from 1, as JupyterLab's ``[n]`` reads after a fresh run
+    (it does not run empty cells, nor count markdown ones)."""
+    cells = [(k, c.source) for k, c in enumerate(notebook.cells) if c.cell_type == "code" and c.source.strip()]
+    return [(k, n, source) for n, (k, source) in enumerate(cells, 1)]
+
+
+def cell_name(number: int, source: str) -> str:
+    """How feedback names a code cell: ``code cell 3 (`def f(x):`)``."""
+    first = next((line.strip() for line in source.splitlines() if line.strip()), "")
+    if len(first) > 60:
+        first = first[:57] + "..."
+    return f"code cell {number} (`{first}`)"
 
 
 def question_names_called(source: str, names: Dict[str, str]) -> List[str]:
@@ -500,9 +662,18 @@ def question_names_called(source: str, names: Dict[str, str]) -> List[str]:
     return sorted({qid for fn, qid in names.items() if fn in used})
 
 
+class _OutOfTime(Exception):
+    """The submission's total time ran out."""
+
+
 def grade_notebook(notebook, questions: List[Question], library: Path, limits: Limits = Limits(),
                    seed: int = 0, start_method: Optional[str] = None, hidden: bool = True) -> NotebookGrade:
-    """Execute ``notebook`` (a parsed nbformat notebook) in a sandbox and grade ``questions``."""
+    """Execute ``notebook`` (a parsed nbformat notebook) in a sandbox and grade ``questions``.
+
+    ``limits.total_timeout`` is a deadline over everything (start-ups, cells, checks, attempts):
+    each cell gets ``min(cell_timeout, time left)``, each question ``min(its limit, time left)``.
+    Never raises for anything the submission does: every question gets a result.
+    """
     t0 = time.monotonic()
     deadline = t0 + limits.total_timeout
     cells = code_cells(notebook)
@@ -514,6 +685,8 @@ def grade_notebook(notebook, questions: List[Question], library: Path, limits: L
     skip: set = set()
     output = ""
     attempt = 0
+    out_of_time = (f"Not graded: the submission used up its total time ({limits.total_timeout:g} s, "
+                   "all cells and checks together).")
 
     def fail(qid, status, message):
         q = qmap[qid]
@@ -524,74 +697,123 @@ def grade_notebook(notebook, questions: List[Question], library: Path, limits: L
         for qid in list(remaining):
             fail(qid, status, message)
 
+    def left() -> float:
+        return deadline - time.monotonic()
+
     while remaining and attempt < MAX_ATTEMPTS:
         attempt += 1
-        if time.monotonic() > deadline:
-            fail_remaining("timeout", "Not graded: the submission used up its total time.")
+        if left() <= 0:
+            fail_remaining("timeout", out_of_time)
             break
         kernel = SandboxedKernel(library, limits, seed, start_method)
         try:
-            try:
-                kernel.wait_ready()
-            except KernelLost as e:
-                fail_remaining("crashed", f"Not graded: the grading sandbox could not start ({e.message}).")
-                break
-            if attempt > 1:
-                kernel.request({"op": "quiet"}, 10)
-            if not _run_cells(kernel, cells, skip, notes, attempt == 1, limits, seed, fn_to_qid, fail):
-                continue
-            if attempt == 1:
-                kernel.request({"op": "quiet"}, 10)
-                kernel.output.stop()
-                output = kernel.output.text()
-            _check_remaining(kernel, [qmap[qid] for qid in remaining], remaining, results, limits, seed, hidden)
-        except KernelLost:
-            continue
+            stop = _attempt(kernel, attempt, cells, skip, notes, limits, seed, fn_to_qid, fail, left,
+                            qmap, remaining, results, hidden)
         finally:
-            if attempt == 1 and not output:
+            if attempt == 1:
                 kernel.output.stop()
                 output = kernel.output.text()
             kernel.kill()
+        if stop is not None:
+            status, message = stop
+            fail_remaining(status, message) if status != "out_of_time" else fail_remaining("timeout", out_of_time)
+            break
     fail_remaining("crashed", "Not graded: the notebook crashed the grader's sandbox too many times.")
     ordered = {q.qid: results[q.qid] for q in questions if q.qid in results}
     return NotebookGrade(ordered, notes, output, round(time.monotonic() - t0, 2), attempt)
 
 
-def _check_remaining(kernel, questions, remaining, results, limits, seed, hidden) -> None:
+def _attempt(kernel, attempt, cells, skip, notes, limits, seed, fn_to_qid, fail, left, qmap, remaining,
+             results, hidden) -> Optional[tuple]:
+    """One sandbox's run: start, the cells, the checks. Returns None to go on (all checked, or the
+    sandbox was lost and the next attempt resumes) or (status, message) for every question left."""
+    try:
+        try:
+            kernel.wait_ready(min(STARTUP_LIMIT, max(left(), 1.0)))
+        except KernelLost as e:
+            if left() <= 0:
+                return ("out_of_time", "")
+            return ("crashed", f"Not graded: the grading sandbox could not start ({e.message}).")
+        if attempt > 1:
+            kernel.request({"op": "quiet"}, 10)
+        if not _run_cells(kernel, cells, skip, notes, attempt == 1, limits, seed, fn_to_qid, fail, left):
+            return None
+        if attempt == 1:
+            kernel.request({"op": "quiet"}, 10)
+            kernel.output.stop()
+        # The questions left after the cells (a cell that hung charged its questions already).
+        _check_remaining(kernel, [qmap[qid] for qid in remaining], remaining, results, limits, seed, hidden, left)
+    except KernelLost:
+        return None
+    except _OutOfTime:
+        return ("out_of_time", "")
+    except Exception as e:  # noqa: BLE001 - the last guard: one submission never ends the batch
+        return ("error", f"Not graded: the grader could not read what the sandbox sent "
+                         f"({type(e).__name__}: {str(e)[:200]}).")
+    return None
+
+
+def _check_remaining(kernel, questions, remaining, results, limits, seed, hidden, left) -> None:
     """Check ``questions`` in order against the live kernel, moving each from ``remaining`` to
-    ``results``; stop at the first one during which the sandbox was lost (the next attempt resumes)."""
+    ``results``; stop at the first one during which the sandbox was lost (the next attempt resumes).
+    Raises :class:`_OutOfTime` when the submission's total time runs out."""
     code = RemoteCode(kernel, seed)
     for q in questions:
-        limit = limits.timeout or q.timeout
+        own = limits.timeout or q.timeout
+        if left() <= 0:
+            raise _OutOfTime()
+        limit = min(own, left())
         code.deadline = time.monotonic() + limit
         results[q.qid] = run_question(q, code, hidden=hidden, timeout=limit)
         del remaining[q.qid]
+        cut = limit < own and results[q.qid].status == "timeout"
+        if cut:
+            results[q.qid] = QuestionResult(q.qid, q.title, 0, q.points, "timeout",
+                                            f"Timed out: the submission used up its total time "
+                                            f"({limits.total_timeout:g} s) while {q.qid} was being checked.")
         if kernel.lost is not None:
             lost = kernel.lost
-            what = (f"ran past the time limit ({limit:g} s)" if lost.status == "timeout" else lost.message)
-            results[q.qid] = QuestionResult(q.qid, q.title, 0, q.points, lost.status,
-                                            f"While checking {q.qid}, your code {what}.")
+            what = (f"ran past the time limit ({limit:g} s)" if lost.status == "timeout"
+                    and "time limit" in lost.message else lost.message)
+            if not cut:
+                results[q.qid] = QuestionResult(q.qid, q.title, 0, q.points, lost.status,
+                                                f"While checking {q.qid}, your code {what}.")
             return
 
 
-def _run_cells(kernel, cells, skip, notes, first, limits, seed, fn_to_qid, fail) -> bool:
-    """Run the cells not skipped; False when the sandbox died (the culprit cell is then skipped)."""
-    for k, source in cells:
+def _run_cells(kernel, cells, skip, notes, first, limits, seed, fn_to_qid, fail, left) -> bool:
+    """Run the cells not skipped; False when the sandbox died (the culprit cell is then skipped).
+    Raises :class:`_OutOfTime` when the submission's total time runs out."""
+    for k, number, source in cells:
         if k in skip:
             continue
+        if left() <= 0:
+            raise _OutOfTime()
+        limit = min(limits.cell_timeout, left())
+        name = cell_name(number, source)
         try:
-            reply = kernel.request({"op": "cell", "index": k, "source": source, "timeout": limits.cell_timeout,
-                                    "seed": seed}, limits.cell_timeout + GRACE)
+            reply = kernel.request({"op": "cell", "index": k, "source": source, "timeout": limit,
+                                    "seed": seed}, limit + GRACE)
         except KernelLost as e:
             skip.add(k)
-            notes.append(f"cell {k + 1} {e.message}; it was skipped and the notebook was run again without it.")
+            if left() <= 0:
+                raise _OutOfTime() from None
+            notes.append(f"{name} {e.message}; it was skipped and the notebook was run again without it.")
             return False
+        except channel.BadMessage as e:
+            if first:
+                notes.append(f"{name}: the grader could not read its kernel's reply ({e}).")
+            continue
         error = reply.get("error")
+        timed_out = bool(error) and "ran past the time limit" in str(error)
+        if timed_out and limit < limits.cell_timeout:
+            notes.append(f"{name} was stopped: the submission used up its total time ({limits.total_timeout:g} s).")
+            raise _OutOfTime()
         if error and first:
-            notes.append(f"cell {k + 1}: {str(error)[:300]}")
-        if error and "ran past the time limit" in str(error):
+            notes.append(f"{name}: {str(error)[:300]}")
+        if timed_out:
             # The answer that hung here would hang its checks too: charge it once, not twice.
             for qid in question_names_called(source, fn_to_qid):
-                fail(qid, "timeout", f"Your code in cell {k + 1} ran past the time limit "
+                fail(qid, "timeout", f"Your code in {name} ran past the time limit "
                                      f"({limits.cell_timeout:g} s), so {qid} was not checked.")
     return True

@@ -166,7 +166,9 @@ def run_question(q: Question | str, ns, hidden: bool = False,
         in_hidden_check = checks_passed >= n_visible
         if in_hidden_check and isinstance(exc, StudentError) and status == "error":
             # The student's own error text or traceback could carry the hidden inputs out.
-            msg, tb = (f"`{exc.name}` raised {exc.type_name} on one of the grader's own inputs "
+            # So a worker's error is named by its type (ZeroDivisionError, not WorkerError), not its text.
+            where = " in a worker" if "WorkerError" in exc.kinds and exc.type_name != "WorkerError" else ""
+            msg, tb = (f"`{exc.name}` raised {exc.type_name}{where} on one of the grader's own inputs "
                        "(the visible checks pass: make your code general)."), ""
         elif in_hidden_check and status == "failed":
             msg = f"On the grader's own inputs: {msg}"

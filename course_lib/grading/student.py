@@ -154,8 +154,48 @@ def exception_kinds(exc: BaseException) -> list:
     return kinds
 
 
+def _without_library_frames(text: str) -> str:
+    """A traceback's text without the frames of ``course_lib`` itself (the runtime's internals):
+    what is left is the student's own code and the error."""
+    out, skip = [], False
+    for line in text.splitlines():
+        if line.startswith("  File "):
+            skip = "/course_lib/" in line.replace("\\", "/")
+            if skip:
+                continue
+        elif skip and line.startswith("    "):
+            continue
+        else:
+            skip = False
+        out.append(line)
+    return "\n".join(out)
+
+
+def _worker_error(exc: BaseException):
+    """(type, message, traceback) of the exception a worker raised, for a runtime ``WorkerError``
+    that carries one (``rank 1 raised ZeroDivisionError: ...``); else None."""
+    exc_type, rank = getattr(exc, "exc_type", ""), getattr(exc, "rank", None)
+    head = f"rank {rank} raised {exc_type}"
+    first = str(exc).split("\n", 1)[0]
+    if not exc_type or rank is None or not first.startswith(head):
+        return None
+    message = first[len(head):].lstrip(": ").strip()
+    where = f"in worker rank {rank}"
+    message = f"{message} ({where})" if message else where
+    remote = _without_library_frames(str(getattr(exc, "remote_traceback", "") or ""))
+    return exc_type, message, remote
+
+
 def describe_exception(name: str, exc: BaseException) -> StudentError:
-    """A :class:`StudentError` carrying text only (what may cross the boundary)."""
+    """A :class:`StudentError` carrying text only (what may cross the boundary).
+
+    A worker's error (a runtime ``WorkerError`` from a rank that raised) is described by the
+    worker's own exception: its type, its message and its traceback without the runtime's frames."""
+    kinds = exception_kinds(exc)
+    worker = _worker_error(exc)
+    if worker is not None:
+        type_name, message, remote = worker
+        return StudentError(name, type_name, message[:2000], remote[-6000:], kinds)
     message = str(exc) if not isinstance(exc, RecursionError) else "maximum recursion depth exceeded"
     where = ""
     remote = getattr(exc, "remote_traceback", None)
@@ -165,7 +205,7 @@ def describe_exception(name: str, exc: BaseException) -> StudentError:
     text = _tb.format_exc()
     if where and where not in message:
         message = f"{message} (in a worker: {where})"
-    return StudentError(name, type(exc).__name__, message[:2000], text[-6000:], exception_kinds(exc))
+    return StudentError(name, type(exc).__name__, message[:2000], text[-6000:], kinds)
 
 
 def student_label(args: tuple, kwargs: dict, default: str) -> str:

@@ -51,8 +51,10 @@ def num(x, digits: int = 6) -> str:
         return shown(x)
 
 
-def shown(x, limit: int = SHOWN_CHARS) -> str:
-    """A short description of a value the student's code returned (at most ``limit`` characters)."""
+def shown(x, limit: int = SHOWN_CHARS, _nested: bool = False) -> str:
+    """A short description of a value the student's code returned (at most ``limit`` characters of
+    values; an array is named with its dtype and shape, ``ndarray float64 shape (2,): [2e-05, 2e+09]``,
+    so that it cannot be taken for a list)."""
     if isinstance(x, dict) and set(x) == {NOT_PLAIN}:
         text = f"an object of type {x[NOT_PLAIN]} (not plain data)"
     elif x is None:
@@ -62,24 +64,38 @@ def shown(x, limit: int = SHOWN_CHARS) -> str:
     elif isinstance(x, (float, np.floating)):
         text = num(x)
     elif isinstance(x, np.ndarray):
+        if not _nested:
+            return _named_array_text(x, limit)
         text = _array_text(x, limit)
     elif isinstance(x, (list, tuple)):
         open_, close = ("[", "]") if isinstance(x, list) else ("(", ")")
         parts, n = [], 2
         for v in x:
-            s = shown(v, limit)
+            s = shown(v, limit, _nested=True)
             n += len(s) + 2
             parts.append(s)
             if n > limit:
                 break
         text = open_ + ", ".join(parts) + ("," if isinstance(x, tuple) and len(x) == 1 else "") + close
     elif isinstance(x, dict):
-        text = "{" + ", ".join(f"{shown(k)}: {shown(v)}" for k, v in list(x.items())[:8]) + "}"
+        text = "{" + ", ".join(f"{shown(k, _nested=True)}: {shown(v, _nested=True)}"
+                               for k, v in list(x.items())[:8]) + "}"
     else:
         text = repr(x)
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
+
+
+def _named_array_text(x: np.ndarray, limit: int) -> str:
+    """``ndarray float64 shape (2,): [2e-05, 2e+09]``: what it is, then (numbers only) its values."""
+    kind = f"ndarray {x.dtype} shape {tuple(x.shape)}"
+    if x.dtype.kind not in "biufc":
+        return kind
+    text = _array_text(x, limit)
+    if text.endswith(f" (shape {tuple(x.shape)})"):
+        text = text[: -len(f" (shape {tuple(x.shape)})")]
+    return f"{kind}: {text[: limit - 3] + '...' if len(text) > limit else text}"
 
 
 def _array_text(x: np.ndarray, limit: int) -> str:

@@ -12,10 +12,13 @@ The sandboxed grader (``tests/test_grading.py``) grades the same fixtures end to
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
+import re
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
 from course_lib.grading import all_questions, load_lesson, run_question
@@ -252,3 +255,87 @@ def test_the_answer_scan_finds_answers(tmp_path):
                    "def _expected_mh(G):\n    pass\n")
     lines = {int(f.split(":")[0].split()[1]) for f in _answer_references(bad)}
     assert lines == {1, 2, 4, 5}
+
+
+# -- hidden checks name the kind of case and the property, never the hidden inputs ------------------
+
+HIDDEN_MESSAGE = re.compile(r"^On the grader's own inputs: hidden check \((?P<case>[^()]*(?:\([^()]*\)[^()]*)*)\): "
+                            r"(?P<property>.+)$", re.S)
+
+
+def _numbers(text: str) -> set:
+    return set(re.findall(r"\d+(?:\.\d+)?", text))
+
+
+@pytest.mark.parametrize("qid", [_qparam(q) for q in QIDS])
+def test_every_hidden_check_declares_its_case(qid):
+    q = lesson(qid[2:4]).questions[qid]
+    assert q.hidden, f"{qid} has no hidden check"
+    for fn in q.hidden:
+        assert getattr(fn, "case", ""), f"{qid}: hidden check {fn.__name__} declares no case"
+
+
+@pytest.mark.parametrize("path", [_fparam(p) for p in WRONG])
+def test_hidden_feedback_gives_away_no_hidden_input(path):
+    """A wrong answer run through its question's hidden checks alone: the message names the case and the
+    property ("hidden check (<case>): <property>"), and holds no number that the case does not."""
+    qid = path.name.split("__")[0]
+    les = lesson(qid[2:4])
+    q = les.questions[qid]
+    only_hidden = dataclasses.replace(q, visible=[], hidden=list(q.hidden))
+    res = run_question(only_hidden, les.with_body(qid, path.read_text()), hidden=True, timeout=q.timeout)
+    if res.status != "failed":
+        pytest.skip(f"the hidden checks end in {res.status} here (their own message: {res.message[:80]!r})")
+    m = HIDDEN_MESSAGE.match(res.message)
+    assert m, f"{path.name}: a hidden check's message should be 'hidden check (<case>): <property>': {res.message!r}"
+    assert m.group("case") in {fn.case for fn in q.hidden}, res.message
+    leaked = _numbers(m.group("property")) - _numbers(m.group("case"))
+    assert not leaked, f"{path.name}: the hidden check's message carries the numbers {leaked}: {res.message!r}"
+    assert not res.traceback, res.traceback
+
+
+def _merge_cases(text: str):
+    """(a, b) -> merged clock, from each 'merging a = ... and b = ... should give ..., got' in ``text``."""
+    found = {}
+    for m in re.finditer(r"merging a = (\[.*?\]) and b = (\[.*?\]) should give (\[.*?\]), got", text):
+        try:
+            a, b, want = (ast.literal_eval(g) for g in m.groups())
+        except (ValueError, SyntaxError):     # cut short ("...")
+            continue
+        found[repr((a, b))] = want
+    return found
+
+
+def _lookup_attack(reveal):
+    """The attack of issue 29: answer every case seen in earlier feedback from a table, anything else
+    wrongly, submit again and learn the case that failed next. ``reveal(exc)`` is the text a failure
+    shows. Returns (the table's last answer, the number of cases it learned)."""
+    from course_lib.grading.student import LocalCode
+
+    q = lesson("05").questions["ex05_4"]
+    table = {}
+
+    def merge_clocks(a, b):
+        key = repr(([(int(lo), int(hi), [int(x) for x in v]) for lo, hi, v in a],
+                    [(int(lo), int(hi), [int(x) for x in v]) for lo, hi, v in b]))
+        return [(lo, hi, np.array(v)) for lo, hi, v in table.get(key, [])]
+
+    for _ in range(40):                             # 11 submissions were enough before
+        try:
+            for check in list(q.visible) + list(q.hidden):
+                check(LocalCode({"merge_clocks": merge_clocks}))
+            return True, len(table)
+        except AssertionError as exc:
+            learned = _merge_cases(reveal(exc))
+            if not set(learned) - set(table):
+                return False, len(table)
+            table.update(learned)
+    return False, len(table)
+
+
+def test_a_lookup_table_of_feedback_does_not_pass_ex05_4():
+    passed, learned = _lookup_attack(str)                  # what the student sees
+    assert not passed, "a lookup table built from ex05_4's feedback passes its hidden checks"
+    # the instructor's detail holds the inputs, as every message did before: it would have passed
+    passed_detail, learned_detail = _lookup_attack(lambda exc: getattr(exc, "detail", "") or str(exc))
+    assert learned_detail > learned, (learned, learned_detail)

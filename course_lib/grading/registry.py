@@ -8,6 +8,7 @@ the answer is wrong.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import pkgutil
@@ -91,15 +92,80 @@ def question(qid: str, points: float = 1, title: str = "", names: Sequence[str] 
     return deco
 
 
-def hidden_check(qid: str):
-    """Decorator registering an instructor-only check of question ``qid``."""
+#: What a hidden check's failure says when the check names no property of its own.
+GENERIC_PROPERTY = "the answer differs from the expected one"
+
+
+class HiddenFailure(AssertionError):
+    """A hidden check's failure as the student sees it: the kind of case and the property that
+    failed, ``"hidden check (<case>): <property>"``, never the hidden inputs or the expected values.
+
+    A hidden check may raise it itself, ``raise HiddenFailure("fails when n is not a multiple of p")``
+    (a short phrase that names no input or value), or mark a block with :func:`hidden_property`;
+    any other ``AssertionError`` it raises becomes one with :data:`GENERIC_PROPERTY`. ``detail``
+    keeps the check's original message (inputs, expected and got) for the instructor; ``case`` is
+    the kind of case the check declared."""
+
+    def __init__(self, property: str = GENERIC_PROPERTY, detail: str = "", case: str = ""):
+        self.property, self.detail, self.case = property.strip() or GENERIC_PROPERTY, detail, case
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        return f"hidden check ({self.case}): {self.property}" if self.case else self.property
+
+
+class hidden_property:
+    """``with hidden_property("wrong when the hosts are not sorted by name"):`` in a hidden check: an
+    ``AssertionError`` raised in the block fails the check with that phrase as its property (the
+    block's own message, with the inputs in it, is kept as the ``detail``)."""
+
+    def __init__(self, property: str):
+        self.property = property
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if kind is not None and issubclass(kind, AssertionError) and not isinstance(exc, HiddenFailure):
+            raise HiddenFailure(self.property, detail=str(exc)) from None
+        return False
+
+
+def _hide_inputs(fn: Callable, case: str, qid: str) -> Callable:
+    """``fn`` whose ``AssertionError`` says only ``hidden check (<case>): <property>``."""
+
+    @functools.wraps(fn)
+    def hidden(ns):
+        try:
+            return fn(ns)
+        except HiddenFailure as exc:
+            raise HiddenFailure(exc.property, detail=exc.detail or str(exc), case=case) from None
+        except AssertionError as exc:
+            raise HiddenFailure(GENERIC_PROPERTY, detail=str(exc), case=case) from None
+
+    hidden.case, hidden.qid = case, qid
+    return hidden
+
+
+def hidden_check(qid: str, case: str = ""):
+    """Decorator registering an instructor-only check of question ``qid``.
+
+    ``case`` names the kind of case the check tests, in words that give away no input ("clocks of
+    three ranges, not sorted", "n not a multiple of p"). A failure of the check reaches the student
+    as ``hidden check (<case>): <property>`` (see :class:`HiddenFailure`); the check's own message,
+    which may carry the hidden inputs and the expected answer, stays on the exception as ``detail``.
+    """
     lesson_of(qid)
+    if not case or not isinstance(case, str):
+        raise ValueError(f"@hidden_check({qid!r}) needs case=\"...\": the kind of case it tests, which is all "
+                         "a student learns of it when it fails")
 
     def deco(fn):
+        wrapped = _hide_inputs(fn, case, qid)
         q = _REGISTRY.get(qid)
         target = q.hidden if q is not None else _PENDING_HIDDEN.setdefault(qid, [])
         if all(f.__qualname__ != fn.__qualname__ or f.__module__ != fn.__module__ for f in target):
-            target.append(fn)
+            target.append(wrapped)
         return fn
 
     return deco

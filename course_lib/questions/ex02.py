@@ -254,38 +254,41 @@ def ex02_4(ns):
 SWITCH_TIMEOUT = 4.0    # a correct switch finishes these runs in well under a second
 
 
-def _fabric_rank(comm, fn, xs, chunk_bytes, slots, n_chunks):
-    """Hosts 0..p-1 stream their vectors with the course's host side; rank p runs the student's switch."""
+def _fabric_rank(comm, fn, xs, chunk_bytes, slots, n_chunks, switch):
+    """Rank ``switch`` runs the student's switch; the other ranks, the hosts in rank order, stream
+    their vectors (host k holds ``xs[k]``) with the course's host side."""
     import sys
 
     from course_lib.collectives import sharp
 
-    p = len(xs)
-    if comm.rank < p:
-        return sharp.stream_to_switch(comm, xs[comm.rank], p, chunk_bytes, slots), ""
+    hosts = [r for r in range(len(xs) + 1) if r != switch]
+    if comm.rank != switch:
+        return sharp.stream_to_switch(comm, xs[hosts.index(comm.rank)], switch, chunk_bytes, slots), ""
     seen = _collective_spy()
     try:
-        fn(comm, list(range(p)), n_chunks)
+        fn(comm, hosts, n_chunks)
     finally:
         sys.setprofile(None)
     return None, (seen[0] if seen else "")
 
 
 @harness
-def run_switch(fn, xs, chunk_bytes, slots, n_chunks, timeout=SWITCH_TIMEOUT):
-    """p hosts (xs) and the student's switch, rank p. Returns None if the run did not finish, else
-    (the hosts' results, bytes[i][j] and messages[i][j] sent from rank i to rank j, the first course
-    collective the switch called or "")."""
+def run_switch(fn, xs, chunk_bytes, slots, n_chunks, timeout=SWITCH_TIMEOUT, switch=None):
+    """p hosts (xs) and the student's switch at rank ``switch`` (default p, the last; the hosts are the
+    other ranks). Returns None if the run did not finish, else (the hosts' results, bytes[i][j] and
+    messages[i][j] sent from rank i to rank j, the first course collective the switch called or "")."""
     from course_lib import Cluster
     from course_lib.runtime.cluster import WorkerTimeout
 
     p = len(xs)
+    switch = p if switch is None else int(switch)
     with Cluster(p + 1, timeout=timeout) as cluster:
         try:
-            res = cluster.run(_fabric_rank, fn, list(xs), chunk_bytes, slots, n_chunks)
+            res = cluster.run(_fabric_rank, fn, list(xs), chunk_bytes, slots, n_chunks, switch)
         except WorkerTimeout:
             return None
-        return ([r[0] for r in res[:p]], res.stats.bytes.tolist(), res.stats.messages.tolist(), res[p][1])
+        hosts = [r for r in range(p + 1) if r != switch]
+        return ([res[r][0] for r in hosts], res.stats.bytes.tolist(), res.stats.messages.tolist(), res[switch][1])
 
 
 def integer_vectors(p, n, dtype, seed):
@@ -294,13 +297,17 @@ def integer_vectors(p, n, dtype, seed):
     return [rng.integers(-99, 100, n).astype(dtype) for _ in range(p)]
 
 
-def assert_switch(fn, p, n, dtype, chunk_bytes, slots, seed):
+def assert_switch(fn, p, n, dtype, chunk_bytes, slots, seed, switch=None):
+    """``switch``: the switch's rank (default p, after the hosts); the hosts are the other ranks."""
     xs = integer_vectors(p, n, dtype, seed)
     itemsize = np.dtype(dtype).itemsize
     per = chunk_bytes // itemsize
     k = -(-n // per)
-    where = f"p={p} hosts, n={n} {np.dtype(dtype).name}, {k} chunks of {per} values, {slots} in flight per host"
-    out = run_switch(fn, xs, chunk_bytes, slots, k)
+    switch = p if switch is None else switch
+    hosts = [r for r in range(p + 1) if r != switch]
+    where = (f"p={p} hosts, n={n} {np.dtype(dtype).name}, {k} chunks of {per} values, {slots} in flight per host, "
+             f"the switch at rank {switch}")
+    out = run_switch(fn, xs, chunk_bytes, slots, k, switch=switch)
     assert out is not None, (
         f"{where}: the run did not finish. A host sends chunk j + {slots} only after the sum of chunk j has come "
         "back, so the switch must send each chunk's sum down as soon as all hosts' copies of that chunk are in, "
@@ -312,11 +319,11 @@ def assert_switch(fn, p, n, dtype, chunk_bytes, slots, seed):
         assert isinstance(got, np.ndarray) and np.array_equal(got, want), (
             f"{where}: host {h} should get the sum over hosts, but its {worst(got, want, 'result')}. Add chunk j's "
             "arrays element-wise (the message's tag is j) and send the complete sum.")
-    for h in range(p):
+    for h in hosts:
         for what, table, want_n in (("bytes", nbytes, n * itemsize), ("messages", msgs, k)):
-            assert table[p][h] == want_n, (
+            assert table[switch][h] == want_n, (
                 f"{where}: the switch should send host {h} each chunk's sum once, {want_n} {what} in all (as it "
-                f"received from each host), but sent {table[p][h]}.")
+                f"received from each host), but sent {table[switch][h]}.")
 
 
 @question("ex02_5", points=2, title="In-network aggregation: the switch's loop", names=("switch_loop",))

@@ -19,7 +19,7 @@ def data(n, d, seed):
     return X, y
 
 
-@hidden_check("ex01_1")
+@hidden_check("ex01_1", case="other shapes, a single sample")
 def other_shapes(ns):
     fn = ns["full_gradient"]
     for n, d, seed in ((7, 3, 5), (31, 4, 6), (1, 2, 7)):
@@ -28,7 +28,7 @@ def other_shapes(ns):
         assert_full_gradient(fn, X, y, w, full_gradient(X, y, w))
 
 
-@hidden_check("ex01_2")
+@hidden_check("ex01_2", case="n not a multiple of the number of workers")
 def uneven_shards(ns):
     X, y = data(101, 3, 7)                                    # 101 rows on 4 workers: 26, 25, 25, 25
     w = np.array([0.5, -2.0, 1.0])
@@ -36,7 +36,7 @@ def uneven_shards(ns):
     assert_map(ns["map_gradient"], X, y, w, 4, want)
 
 
-@hidden_check("ex01_3")
+@hidden_check("ex01_3", case="shards of unequal sizes, a single worker")
 def uneven_and_single(ns):
     fn = ns["reduce_update"]
     rng = np.random.default_rng(8)
@@ -46,7 +46,7 @@ def uneven_and_single(ns):
     assert_reduce_update(fn, partials, 17, np.zeros(5), 1.0, reduce_update(partials, 17, np.zeros(5), 1.0))
 
 
-@hidden_check("ex01_4")
+@hidden_check("ex01_4", case="other worker counts and model sizes")
 def other_sizes(ns):
     for p in (2, 8, 16):
         P, lat, bw = 123_456, 5e-5, 2.5e9
@@ -65,7 +65,7 @@ def fake_times(t1, speedups, iters=9, seed=0):
     return out
 
 
-@hidden_check("ex01_5")
+@hidden_check("ex01_5", case="fewest workers not 1 and not listed first")
 def fewest_workers_is_not_one(ns):
     times = fake_times(0.5, {4: 1.7, 2: 1.0, 8: 2.2}, iters=8, seed=3)   # fewest: 2, not listed first
     assert_speedup_table(ns["speedup_table"], times, speedup_table(times))

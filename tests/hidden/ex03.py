@@ -29,7 +29,7 @@ def reference_snapshots(w, lr, version, calls):
     return out
 
 
-@hidden_check("ex03_1")
+@hidden_check("ex03_1", case="stale gradients and a slow worker")
 def stale_gradients_and_a_slow_worker(ns):
     fn = ns["apply_update"]
     rng = np.random.default_rng(31)
@@ -46,13 +46,13 @@ def stale_gradients_and_a_slow_worker(ns):
         "with three workers, computed_version + staleness must be the server's version when each gradient arrives.")
 
 
-@hidden_check("ex03_2")
+@hidden_check("ex03_2", case="other learning rates and staleness values")
 def more_steps(ns):
     cases = [(0.5, 2), (2.0, 99), (0.01, 0), (3.0, 1)]
     check_lr_values(ns["staleness_aware_lr"], [(lr, s, staleness_aware_lr(lr, s)) for lr, s in cases])
 
 
-@hidden_check("ex03_3")
+@hidden_check("ex03_3", case="another sparse problem, more processes, the cost of an update")
 def another_problem_more_processes_and_the_cost(ns):
     f = ns["hogwild_worker"]
     p = make_sparse_problem(300, 40, 6, seed=5)
@@ -69,13 +69,13 @@ def another_problem_more_processes_and_the_cost(ns):
         f"sample, yours took {theirs * 1e6:.0f} us per update (about {ours * 1e6:.0f} us expected).")
 
 
-@hidden_check("ex03_4")
+@hidden_check("ex03_4", case="other numbers of workers, backups and rates")
 def more_waits(ns):
     cases = [(10, 0, 1.0), (10, 5, 3.0), (2, 8, 0.1), (1, 1, 1.0)]
     check_expected_wait(ns["expected_wait"], [(n, b, mu, expected_wait(n, b, mu)) for n, b, mu in cases])
 
 
-@hidden_check("ex03_5")
+@hidden_check("ex03_5", case="other model counts, a round without the slow client")
 def other_sizes_and_a_round_without_the_slow_client(ns):
     from course_lib.async_ps import fedavg_serial
 

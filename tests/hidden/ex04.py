@@ -11,7 +11,7 @@ def edges_of(G):
     return [(int(i), int(j)) for i, j in G.edges]
 
 
-@hidden_check("ex04_1")
+@hidden_check("ex04_1", case="other graphs (regular, torus, random, path)")
 def more_graphs(ns):
     fn = ns["metropolis_weights"]
     graphs = [("random 3-regular graph", nx.random_regular_graph(3, 12, seed=1)),
@@ -22,7 +22,7 @@ def more_graphs(ns):
         check_mh_on(fn, G.number_of_nodes(), edges_of(G), name, metropolis_weights(G))
 
 
-@hidden_check("ex04_2")
+@hidden_check("ex04_2", case="other mixing matrices, a negative eigenvalue")
 def more_matrices(ns):
     fn = ns["mixing_rate"]
     rng = np.random.default_rng(0)
@@ -38,7 +38,7 @@ def more_matrices(ns):
                " Its eigenvalues are 1 and -0.8.")
 
 
-@hidden_check("ex04_3")
+@hidden_check("ex04_3", case="a graph with unequal degrees")
 def other_graphs(ns):
     step = ns["gossip_step"]
     G = nx.lollipop_graph(4, 2)                                        # a clique and a tail: unequal weights
@@ -46,7 +46,7 @@ def other_graphs(ns):
                       name="lollipop graph", seed=5)
 
 
-@hidden_check("ex04_4")
+@hidden_check("ex04_4", case="other rates and targets, the measured error of a ring")
 def more_cases_and_the_measured_error(ns):
     fn = ns["iterations_to_reach"]
     cases = [(0.5, 2.0 ** -k) for k in (1, 3, 17, 40)] + [(0.75, 0.75 ** 11), (0.3, 1e-9), (0.999, 0.5)]

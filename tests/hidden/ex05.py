@@ -15,7 +15,7 @@ from course_lib.questions.ex05 import (
 from course_lib.reference.ex05 import crossover_density, may_read, merge_clocks, ring_lookup, significantly_modified
 
 
-@hidden_check("ex05_1")
+@hidden_check("ex05_1", case="many points, keys past the last point, a single point")
 def many_points_and_wrap(ns):
     fn = ns["ring_lookup"]
     rng = np.random.default_rng(3)
@@ -26,7 +26,7 @@ def many_points_and_wrap(ns):
     assert_lookup(fn, [7], [5], [(0, 5), (7, 5), (8, 5)])                 # a single point owns the whole ring
 
 
-@hidden_check("ex05_2")
+@hidden_check("ex05_2", case="clocks at the gate's boundary, tau = inf")
 def gate_boundaries(ns):
     rng = np.random.default_rng(4)
     cases = []
@@ -39,7 +39,7 @@ def gate_boundaries(ns):
     assert_gate(ns["may_read"], [(t, c, tau, bool(may_read(t, c, tau))) for t, c, tau in cases])
 
 
-@hidden_check("ex05_3")
+@hidden_check("ex05_3", case="many keys, residuals equal to theta, theta = 0")
 def filter_edge_cases(ns):
     fn = ns["significantly_modified"]
     rng = np.random.default_rng(5)
@@ -51,7 +51,7 @@ def filter_edge_cases(ns):
         assert_filter(fn, keys, residual, theta, [int(x) for x in k], list(v), list(kept))
 
 
-@hidden_check("ex05_4")
+@hidden_check("ex05_4", case="clocks of several ranges with unaligned cuts, equal neighbours to join")
 def random_clocks(ns):
     rng = np.random.default_rng(6)
 
@@ -68,7 +68,7 @@ def random_clocks(ns):
         assert_merge(ns["merge_clocks"], a, b, [(lo, hi, [int(x) for x in v]) for lo, hi, v in want])
 
 
-@hidden_check("ex05_5")
+@hidden_check("ex05_5", case="other worker counts, key and value sizes")
 def other_sizes_and_cached_keys(ns):
     rng = np.random.default_rng(7)
     cases = [(int(rng.integers(2, 65)), float(rng.uniform(0.01, 1.0)), int(rng.choice([0, 4, 8])),
@@ -77,7 +77,7 @@ def other_sizes_and_cached_keys(ns):
     assert_crossover(ns["crossover_density"], [(*c, crossover_density(*c)) for c in cases])
 
 
-@hidden_check("ex05_6")
+@hidden_check("ex05_6", case="one worker, replica chains, slow links")
 def one_worker_chains_and_slow_links(ns):
     fn = ns["sgd_worker_loop"]
     check_sgd_loop(fn, n_servers=1, n_workers=1, iters=5, latency=0.005, seed=1)     # no other worker to wait for

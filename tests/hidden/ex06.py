@@ -24,7 +24,7 @@ def network(d_hidden, seed=0, d_in=5, d_out=3, batch=6):
     return params, X, T, cache
 
 
-@hidden_check("ex06_1")
+@hidden_check("ex06_1", case="other worker counts, hidden width not a multiple of p")
 def more_workers(ns):
     f = ns["column_parallel_forward"]
     for p, gather, d_hidden in ((1, True, 7), (4, True, 10), (4, False, 10)):    # 10 over 4: 3, 3, 2, 2
@@ -32,7 +32,7 @@ def more_workers(ns):
         check_column_forward(f, p, gather, params, X, cache["A"])
 
 
-@hidden_check("ex06_2")
+@hidden_check("ex06_2", case="other worker counts, hidden width not a multiple of p")
 def more_workers_forward(ns):
     f = ns["row_parallel_forward"]
     for p, d_hidden in ((1, 7), (2, 7), (4, 10)):
@@ -40,7 +40,7 @@ def more_workers_forward(ns):
         check_row_forward(f, p, params, cache["A"], cache["Y"])
 
 
-@hidden_check("ex06_3")
+@hidden_check("ex06_3", case="other worker counts, hidden width not a multiple of p")
 def more_workers_backward(ns):
     f = ns["row_parallel_backward"]
     for p, d_hidden in ((2, 7), (4, 10)):
@@ -50,14 +50,14 @@ def more_workers_backward(ns):
         check_row_backward(f, p, params, cache["A"], dY, g["W2"], g["b2"], dY @ params["W2"].T)
 
 
-@hidden_check("ex06_4")
+@hidden_check("ex06_4", case="other stage and micro-batch counts")
 def more_shapes(ns):
     check_predicted(
         ns["predicted_bubble"], [(p, m, predicted_bubble(p, m)) for p in (1, 2, 5, 8) for m in (1, 3, 16, 64)]
     )
 
 
-@hidden_check("ex06_5")
+@hidden_check("ex06_5", case="timelines not starting at zero, a real pipeline run")
 def offsets_and_a_longer_pipeline(ns):
     f = ns["measured_bubble"]
     check_measured(f, 4, 8, predicted_bubble(4, 8), offset=2.5)
@@ -70,7 +70,7 @@ def offsets_and_a_longer_pipeline(ns):
         f"compute events is {want:.6f}.")
 
 
-@hidden_check("ex06_6")
+@hidden_check("ex06_6", case="other replica counts, batch not a multiple of p")
 def other_replica_counts_and_uneven_shards(ns):
     f = ns["in_graph_data_parallel"]
     for p, batch, d_hidden in ((2, 5, 4), (4, 10, 6), (1, 3, 2)):     # shards 3+2, 3+3+2+2, one replica

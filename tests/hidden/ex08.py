@@ -15,7 +15,7 @@ from course_lib.questions.ex08 import (
 from course_lib.reference.ex08 import assign_buckets, shard_range, update_scale, zero_bytes_per_param
 
 
-@hidden_check("ex08_1")
+@hidden_check("ex08_1", case="other sizes and caps, empty parameters, a real overlapped run")
 def other_sizes_and_caps(ns):
     fn = ns["assign_buckets"]
     for sizes, cap in [([10, 1, 1], 4), ([1, 10, 1], 4), ([10, 20], 4), ([1, 2, 3, 4], 100), ([5], 5),
@@ -33,7 +33,7 @@ def other_sizes_and_caps(ns):
     assert_overlapped_run(fn, widths, 9, 420, 3, assign_buckets(sizes, 420))
 
 
-@hidden_check("ex08_2")
+@hidden_check("ex08_2", case="other intervals and factors, a real fp16 run")
 def other_intervals_factors_and_a_real_run(ns):
     fn = ns["update_scale"]
     rng = np.random.default_rng(8)
@@ -61,7 +61,7 @@ def other_intervals_factors_and_a_real_run(ns):
         "the real fp16 run with your loss scaling did not train (its loss did not fall).")
 
 
-@hidden_check("ex08_3")
+@hidden_check("ex08_3", case="n not a multiple of p, empty shards, a large n, a real reduce-scatter")
 def uneven_empty_and_large(ns):
     fn = ns["shard_range"]
     for n, p in [(16, 4), (7, 4), (3, 5), (0, 2), (1000003, 8), (1, 1)]:
@@ -69,7 +69,7 @@ def uneven_empty_and_large(ns):
     assert_real_reduce_scatter(fn, 13, 4)
 
 
-@hidden_check("ex08_4")
+@hidden_check("ex08_4", case="other worker counts, real workers")
 def four_workers_and_other_counts(ns):
     fn = ns["zero_bytes_per_param"]
     assert_zero_formula(fn, [(s, n, zero_bytes_per_param(s, n)) for s in range(4) for n in (1, 2, 3, 8, 64)])

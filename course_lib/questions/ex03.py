@@ -283,18 +283,24 @@ def ex03_4(ns):
 # ------------------------------------------------------------------------------ ex03_5
 @harness
 def run_average(fn, models, sizes):
-    """The student's average of ``models`` (lists) with ``sizes``; returns (result, models after)."""
+    """The student's average of ``models`` (lists) with ``sizes``; returns (result, models after, the
+    models the result shares memory with: a new array shares none)."""
     arrays = [np.array(m, dtype=np.float64) for m in models]
     out = fn(arrays, list(sizes))
-    return readable(np.asarray(out) if isinstance(out, (np.ndarray, list, tuple)) else out), arrays
+    shared = [k for k, m in enumerate(arrays) if isinstance(out, np.ndarray) and np.shares_memory(out, m)]
+    return readable(np.asarray(out) if isinstance(out, (np.ndarray, list, tuple)) else out), arrays, shared
 
 
 def check_average(fn, models, sizes, want):
     """``fn(models, sizes)`` must be ``want`` and leave the models as they were."""
-    got, after = run_average(fn, models, sizes)
+    got, after, shared = run_average(fn, models, sizes)
     assert_unchanged("fedavg", [f"models[{k}]" for k in range(len(models))],
                      [np.asarray(m, dtype=float) for m in models], after)
     call = f"fedavg({shown([list(m) for m in models])}, sizes={list(sizes)})"
+    assert not shared, (
+        f"{call} returned an array that shares memory with models[{shared[0]}]: return a new array (the server "
+        "keeps the result as its model and the clients' arrays change in the next round), e.g. with np.array "
+        "or arithmetic that makes a new one, never one of the models itself or a view of it.")
     got = as_array(got, f"{call}", shape=np.shape(want))
     assert np.allclose(got, want, rtol=1e-12, atol=1e-12), (
         f"{call} should be sum_k (n_k / n) w_k = {shown(np.asarray(want))}, got {shown(got)}: each model counts "

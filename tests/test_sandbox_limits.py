@@ -192,3 +192,49 @@ def test_cells_are_named_by_their_code_cell_number_and_first_line():
     assert [(n, s.strip().splitlines()[0]) for _, n, s in code_cells(nb)] == [(1, "import numpy as np"),
                                                                                (2, "def f(x):")]
     assert cell_name(2, "\n\ndef f(x):\n    return x") == "code cell 2 (`def f(x):`)"
+
+
+# -- 4. a fair share of the CPU per sandbox ---------------------------------------------------------
+
+def _with_hog(tmp_path):
+    """A folder with the cpu_hog fixture in exercise 00 and the lesson 02 solution."""
+    import re
+
+    from common import EXERCISES, FIXTURES, SOLUTIONS
+
+    body = "\n".join(line for line in (FIXTURES / "hostile" / "cpu_hog.py").read_text().splitlines()
+                     if not re.match(r"^#\s*(base|action|expect[-a-z]*):", line))
+    nb = nbformat.read(next(EXERCISES.glob("00_*.ipynb")), as_version=4)
+    k = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "from course_lib import" in c.source)
+    nb.cells.insert(k + 1, nbformat.v4.new_code_cell(body))
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    nbformat.write(nb, subs / "00_hog.ipynb")
+    victim = next(SOLUTIONS.glob("02_*.ipynb"))
+    (subs / "02_victim.ipynb").write_bytes(victim.read_bytes())
+    return subs
+
+
+@pytest.mark.timing
+def test_a_cpu_hog_graded_beside_costs_a_correct_answer_nothing(tmp_path):
+    """128 busy processes in one sandbox, the lesson 02 solution in the other (--jobs 2): each sandbox
+    has the same cpu cgroup weight, so the solution keeps full marks (before: 7/10, its answers timed
+    out). Where no cpu cgroup can be made (not root), there is no fair share to test."""
+    from course_lib.grade import grade_paths
+    from course_lib.grading.sandbox import _SandboxCgroups
+
+    probe = _SandboxCgroups()
+    mechanism = probe.mechanism
+    probe.remove()
+    if mechanism is None:
+        pytest.skip("no cpu cgroup can be made here (cgroup v2 cpu.weight or v1 cpu.shares, as root)")
+    subs = _with_hog(tmp_path)
+    t0 = time.monotonic()
+    rows = {r["submission"]: r for r in grade_paths([subs], tmp_path / "out", Limits(), jobs=2, quiet=True)}
+    wall = time.monotonic() - t0
+    victim, hog = rows["02_victim"], rows["00_hog"]
+    print(f"{mechanism}: victim {victim['score']:g}/{victim['max_score']:g} in {victim['elapsed']:.1f} s, "
+          f"hog {hog['score']:g}/{hog['max_score']:g} in {hog['elapsed']:.1f} s, wall {wall:.1f} s")
+    assert victim["score"] == victim["max_score"] > 0, [
+        (q["qid"], q["message"]) for q in victim["questions"] if q["status"] != "passed"]
+    assert hog["score"] == 0

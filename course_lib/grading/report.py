@@ -190,7 +190,8 @@ def student_markdown(row: dict, scrub: Optional[Scrubber] = None) -> str:
         lines += [f"Not graded normally: {scrub(row['status'])}.", ""]
     checks = row.get("checks", "")
     if checks:
-        lines += [f"Checks: {'visible and hidden' if checks == 'visible+hidden' else checks}.", ""]
+        lines += [f"Graded with the {'visible and hidden' if checks == 'visible+hidden' else 'visible'} checks "
+                  f"({checks}); sandbox: {scrub(row.get('sandbox', '') or 'unknown')}.", ""]
     if row.get("questions"):
         lines += ["| Question | Points | Status | Message |", "|---|---|---|---|"]
         for q in row["questions"]:

@@ -58,11 +58,11 @@ def check(question_id: str, namespace: dict | None = None):
         namespace = inspect.currentframe().f_back.f_globals
     return _check(question_id, namespace)
 
-def lesson_status(number: str) -> dict:
-    """A lesson's status cell: the exercises it runs on, written or not (see course_lib.replay)."""
+def lesson_status(number: str) -> None:
+    """A lesson's status cell: prints the exercises it runs on, written or not (course_lib.replay)."""
     from .replay import lesson_status as _status
 
-    return _status(number)
+    _status(number)
 
 
 __all__ = [

@@ -462,12 +462,31 @@ def is_release() -> bool:
     return bool(getattr(ex00, "STANDINS", False))
 
 
-def lesson_status(number: str) -> dict:
-    """The status cell of a lesson: which exercises it runs on, solved or not; turns replaying on.
-
-    Returns ``{question id: "reference" | "written" | "not written"}`` ("written": the exercise
-    notebook defines the function without its stub; its check cell says whether it is right)."""
+def exercise_status(number: str) -> dict:
+    """``{question id: "reference" | "written" | "not written"}`` for the answers lesson ``number``
+    runs on ("written": the exercise notebook defines the function without its stub; its check
+    cell says whether it is right; "reference": this checkout has the reference answers)."""
     from . import standin
+    from .lessons import lesson
+
+    release = is_release()
+    return {qid: (standin.state(qid) if release else "reference") for qid in lesson(number).uses}
+
+
+def _where(qid: str) -> str:
+    """Where the student writes ``qid``'s answer, relative to the course's folder when inside it."""
+    from . import standin
+
+    path = Path(standin.exercise_file(qid))
+    try:
+        return str(path.resolve().relative_to(Path(__file__).resolve().parent.parent))
+    except ValueError:
+        return str(path)
+
+
+def lesson_status(number: str) -> None:
+    """The status cell of a lesson: which exercises it runs on, written or not (printed); turns
+    replaying on in the release (recording, while ``make release`` records the lesson)."""
     from .lessons import lesson
     from .reference import QUESTIONS
 
@@ -475,31 +494,30 @@ def lesson_status(number: str) -> dict:
     if os.environ.get(RECORD_ENV):
         install_recorder(os.environ[RECORD_ENV])
     release = is_release()
-    status = {qid: (standin.state(qid) if release else "reference") for qid in this.uses}
+    status = exercise_status(number)
     if release:
         install_replay(number, load_recording(number))
     if not this.uses:
         print(f"Lesson {number} runs on the library alone: no exercise answer is needed.")
-        return status
+        return
     names = ", ".join(f"{qid} ({QUESTIONS[qid]})" for qid in this.uses)
     if os.environ.get(RECORD_ENV):
         print(f"Lesson {number} runs on the answers to {names}. These outputs were recorded when the course "
               "was built, with the reference answers; run this cell to see which of them you have written.")
-        return status
+        return
     if not release:
         print(f"Lesson {number} runs on the answers to {names}: this checkout has the reference answers, "
               "so every cell runs as written.")
-        return status
+        return
     print(f"Lesson {number} runs on your answers to these exercises:")
     for qid, state in status.items():
-        where = standin.exercise_file(qid)
-        print(f"  {qid} {QUESTIONS[qid]:<24} {state:<11} (in {where})")
+        print(f"  {qid} {QUESTIONS[qid]:<24} {state:<11} (in {_where(qid)})")
     if "not written" in status.values():
         print(f"A cell that needs an answer you have not written shows the result recorded when the course "
               f"was built, and says so in a first line starting '{BANNER}'; once you solve the exercise "
               "(and save its notebook), run the cell again to see it on your code.")
-    return status
 
 
-__all__ = ["BANNER", "cell_key", "changed_names", "install_replay", "lesson_status", "replayed_cells",
+__all__ = ["BANNER", "cell_key", "changed_names", "exercise_status", "install_replay", "lesson_status",
+           "replayed_cells",
            "unsolved_question"]

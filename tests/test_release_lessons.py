@@ -32,7 +32,9 @@ from course_lib.standin import LOG_ENV
 
 from common import NOTEBOOKS, SOLUTIONS
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("release_lessons")]
+# The release fixture executes all nine lessons first (when no earlier test of this run has): a
+# per-test time limit must not count it, only each test's own run.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("release_lessons"), pytest.mark.timeout(600, func_only=True)]
 
 LESSONS = list(lessons.LESSONS)
 _REPORT_CELL = """
@@ -201,7 +203,7 @@ def test_instructions_in_the_release_work_as_written(tmp_path):
 
 
 @pytest.mark.browser
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(420, func_only=True)
 def test_a_release_lesson_runs_all_in_jupyterlab_before_its_exercise_is_solved(release):
     """Run All in a real JupyterLab (headless Chromium) goes through a release lesson with blank
     exercises: a replayed cell succeeds, so the queue does not stop at it, and it shows its banner."""

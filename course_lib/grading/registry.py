@@ -34,6 +34,9 @@ class Question:
     title: str
     names: Sequence[str] = ()          # notebook names the checks need (functions, variables)
     timeout: float = 20.0              # seconds allowed to all its checks when grading (at most 20)
+    # earlier questions whose student answers its checks run (its statement says so, and a failure
+    # names them): a wrong answer to one of them may cost this question's points too
+    builds_on: Sequence[str] = ()
     visible: List[Callable] = field(default_factory=list)
     hidden: List[Callable] = field(default_factory=list)
 
@@ -68,7 +71,8 @@ def qid_key(qid: str):
     return (int(m.group(1)), int(m.group(2))) if m else (10**6, 0)
 
 
-def question(qid: str, points: float = 1, title: str = "", names: Sequence[str] = (), timeout: float = 20.0):
+def question(qid: str, points: float = 1, title: str = "", names: Sequence[str] = (), timeout: float = 20.0,
+             builds_on: Sequence[str] = ()):
     """Decorator registering a visible check as question ``qid``.
 
     Several functions may be decorated with the same ``qid``: they all become visible checks
@@ -82,7 +86,8 @@ def question(qid: str, points: float = 1, title: str = "", names: Sequence[str] 
     def deco(fn):
         q = _REGISTRY.get(qid)
         if q is None:
-            q = Question(qid=qid, points=points, title=title or qid, names=tuple(names), timeout=timeout)
+            q = Question(qid=qid, points=points, title=title or qid, names=tuple(names), timeout=timeout,
+                         builds_on=tuple(builds_on))
             q.hidden.extend(_PENDING_HIDDEN.pop(qid, []))
             _REGISTRY[qid] = q
         if fn not in q.visible:

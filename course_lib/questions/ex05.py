@@ -288,36 +288,20 @@ class _NoRangeClock:
 
 @contextlib.contextmanager
 def _parts_of_other_questions_fixed():
-    """The parameter server of ex05_6's checks routes keys (ex05_1), gates reads (ex05_2) and keeps
-    range clocks (ex05_4). In the student release those library parts run the student's own
-    answers; here they are fixed, so that ex05_6 is graded on ``sgd_worker_loop`` alone: a wrong
-    or slow answer to another question costs points on that question only. The gate is the
-    sequential one (these runs use tau = 0, and say so in the statement); the routing is the
-    consistent-hashing lookup the lesson describes, on the whole arrays of keys the library asks for."""
-    from course_lib.ps import ring, server
+    """The servers of ex05_6's checks keep range clocks (question ex05_4's merge), bookkeeping the
+    checks do not read: they keep none here, so a slow or wrong merge_clocks cannot change ex05_6's
+    grade. They do route keys and gate reads with the lesson's library, which in the student release
+    runs the student's own ring_lookup (ex05_1) and may_read (ex05_2): a correct routing or gate for
+    any ring and any tau *is* those answers, so no other copy of them may ship with these checks.
+    The statement says ex05_6 builds on them, and a failure names them (:func:`_builds_on`)."""
+    from course_lib.ps import server
 
-    def route(points, owners, keys):
-        i = np.searchsorted(np.asarray(points), keys, side="left")
-        found = np.asarray(owners)[np.where(i == len(points), 0, i)]
-        return found if np.ndim(keys) else int(found)
-
-    def sequential_gate(pull_clock, worker_clocks, staleness):
-        clocks = list(worker_clocks)
-        if staleness != 0:
-            raise ValueError("the checks of ex05_6 run the sequential model (tau = 0)")
-        return not clocks or min(clocks) >= pull_clock
-
-    # replaced, never called: the names the library looks up at call time, in their modules' globals
-    fixed = {(ring, "ring_lookup"): route, (server, "may_answer_pull"): sequential_gate,
-             (server, "RangeClock"): _NoRangeClock}
-    saved = {(mod, name): vars(mod)[name] for mod, name in fixed}
-    for (mod, name), value in fixed.items():
-        vars(mod)[name] = value
+    saved = vars(server)["RangeClock"]
+    vars(server)["RangeClock"] = _NoRangeClock    # looked up at call time, in the module's globals
     try:
         yield
     finally:
-        for (mod, name), value in saved.items():
-            vars(mod)[name] = value
+        vars(server)["RangeClock"] = saved
 
 
 def _ps_node_alone(comm, cfg, *args):
@@ -407,8 +391,20 @@ def _listed(values):
     return ", ".join(num(v) for v in values)
 
 
+_BUILDS_ON = (" (ex05_6 runs the parameter server of this lesson, which routes keys with your ring_lookup, "
+              "ex05_1, and gates reads with your may_read, ex05_2: if either is wrong, fix it first.)")
+
+
 def check_sgd_loop(fn, n_servers, n_workers, iters, latency=0.0, seed=0, replicas=0):
-    """Both variants of the loop: measured staleness, task order, final model against the baseline."""
+    """Both variants of the loop: measured staleness, task order, final model against the baseline.
+    A failure says which earlier answers the run builds on."""
+    try:
+        _check_sgd_loop(fn, n_servers, n_workers, iters, latency, seed, replicas)
+    except AssertionError as e:
+        raise AssertionError(str(e) + _BUILDS_ON) from None
+
+
+def _check_sgd_loop(fn, n_servers, n_workers, iters, latency=0.0, seed=0, replicas=0):
     from course_lib.ps.tasks import delayed_sgd
 
     runs = run_sgd_loop(fn, n_servers, n_workers, iters, latency, seed, replicas)
@@ -434,7 +430,7 @@ def check_sgd_loop(fn, n_servers, n_workers, iters, latency=0.0, seed=0, replica
 
 
 @question("ex05_6", points=3, title="A worker's iterations as tasks, with and without the dependency",
-          names=("sgd_worker_loop",))
+          names=("sgd_worker_loop",), builds_on=("ex05_1", "ex05_2"))
 def ex05_6(ns):
     """``sgd_worker_loop(kv, keys, update, depend)``: ``len(keys)`` iterations of wait for the read of
     ``keys[t]``, push ``update(t, w)``, ``kv.advance()``; the pull of ``t + 1`` depends on push ``t``

@@ -244,3 +244,21 @@ def test_a_release_lesson_runs_all_in_jupyterlab_before_its_exercise_is_solved(r
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
+
+
+def test_make_grade_in_the_release_grades_a_students_notebook(tmp_path):
+    """The release's `make grade` recipe, run as written (with this environment's Python for its
+    virtual environment's): the blank exercise of lesson 00 gets its row, 0 points, visible checks."""
+    import csv
+    import subprocess
+    import sys
+
+    out = build(tmp_path / "course", archive=False)
+    makefile = (out / "Makefile").read_text()
+    grade = re.search(r"^GRADE := (.*)$", makefile, re.M).group(1).replace("$(BIN)/python", sys.executable)
+    cmd = grade.split() + ["exercises/00_cluster_in_your_laptop.ipynb", "--out", str(tmp_path / "grades")]
+    env = dict(os.environ, PYTHONPATH=str(out))
+    proc = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = list(csv.DictReader(open(tmp_path / "grades" / "scores.csv", encoding="utf-8")))
+    assert len(rows) == 1 and float(rows[0]["total"]) == 0, rows

@@ -87,9 +87,15 @@ def test_incast_p_senders_take_p_transmissions(cluster4):
 
 
 def test_one_senders_stream_is_unchanged_by_the_downlink(cluster4):
-    """The uplink already spaces one sender's messages n / B apart: the downlink adds nothing."""
-    both = cluster4.run(stream_to_zero, 4, network=Network(bandwidth=BANDWIDTH))[0]
-    sender_only = cluster4.run(stream_to_zero, 4, network=Network(bandwidth=BANDWIDTH, downlink=False))[0]
+    """The uplink already spaces one sender's messages n / B apart: the downlink adds nothing.
+    Each model is timed three times, in turns, and keeps its fastest run: another program can only
+    add time, and a single pair of runs beside the parallel tests once differed by 1.26x."""
+    runs = {True: [], False: []}
+    for _ in range(3):
+        for downlink in (True, False):
+            net = Network(bandwidth=BANDWIDTH, downlink=downlink)
+            runs[downlink].append(cluster4.run(stream_to_zero, 4, network=net)[0])
+    both, sender_only = min(runs[True]), min(runs[False])
     assert 0.9 * 4 * TRANSMIT <= both < 4 * TRANSMIT + 0.02
     assert 0.8 < both / sender_only < 1.25, (both, sender_only)
 

@@ -35,6 +35,8 @@ from pathlib import Path
 #: While ``make release`` records a lesson, the kernel's environment names the folder where
 #: each cell's values go (one pickle per cell, merged by :func:`merge_recording`).
 RECORD_ENV = "COURSE_RECORD_DIR"
+from .standin import UNSOLVED_PATTERN  # noqa: E402
+
 RECORDED = Path(__file__).resolve().parent / "recorded"   # the release's recordings, one per lesson
 # A value larger than this, compressed, is not recorded: a cell after it that reads it is recorded
 # instead and replayed as a knock-on. (Training data and long traces, mostly; the lessons' 26 MB
@@ -42,7 +44,6 @@ RECORDED = Path(__file__).resolve().parent / "recorded"   # the release's record
 MAX_VALUE_BYTES = 1_000_000
 BANNER = "recorded result"        # every replayed cell's first line starts with this
 
-_UNSOLVED = re.compile(r"is what exercise (ex\d\d_\d+) asks you to write")
 # A cell after a replayed one that misses a value the replay could not restore fails with one of
 # these; it is replayed too. Any other error is the student's to see.
 _KNOCK_ON = (NameError, KeyError, IndexError, AttributeError)
@@ -65,7 +66,7 @@ def unsolved_question(exc: BaseException | None) -> str | None:
         if exc is None or id(exc) in seen:
             continue
         seen.add(id(exc))
-        found = _UNSOLVED.search(str(exc))
+        found = UNSOLVED_PATTERN.search(str(exc))
         if found:
             return found.group(1)
         todo += [exc.__cause__, exc.__context__, *getattr(exc, "others", ())]

@@ -36,6 +36,7 @@ import builtins
 import json
 import linecache
 import os
+import re
 import symtable
 import threading
 import time
@@ -100,6 +101,11 @@ def notebook_path(lesson: str):
         return p
     found = sorted(where.glob(f"{lesson}_*.ipynb")) if where.is_dir() else []
     return found[0] if found else None
+
+
+#: How :func:`message` names the exercise, for code that reads it back from an error (in a
+#: worker's report too): the lesson replay, the grader's feedback.
+UNSOLVED_PATTERN = re.compile(r"is what exercise (ex\d\d_\d+) asks you to write")
 
 
 def message(qid: str, name: str) -> str:

@@ -92,6 +92,15 @@ def time_limit(seconds: Optional[float]):
         signal.signal(signal.SIGALRM, old)
 
 
+def _other_exercise(exc, q: Question) -> str:
+    """The other question whose missing answer stopped ``q``'s checks (a library stand-in's
+    "... is what exercise exNN_k asks you to write"), or ""."""
+    from ..standin import UNSOLVED_PATTERN
+
+    found = UNSOLVED_PATTERN.search(getattr(exc, "message", "") or "")
+    return found.group(1) if found and found.group(1) != q.qid else ""
+
+
 def _classify(q: Question, exc: BaseException, timeout: Optional[float]):
     """(status, message) for an exception raised while checking question ``q``.
 
@@ -110,6 +119,10 @@ def _classify(q: Question, exc: BaseException, timeout: Optional[float]):
                           "of them, as the question asks.")
     if isinstance(exc, StudentError):
         kinds = exc.kinds
+        needed = _other_exercise(exc, q)
+        if needed:
+            return "failed", (f"These checks run your answer to {needed} too (the statement says so), and it is "
+                              f"not written yet: solve {needed} first, then check {q.qid} again.")
         if "NotImplementedError" in kinds:
             return "not_implemented", ("Not implemented yet: replace the `raise NotImplementedError(...)` "
                                        "line with your code, run that cell, then check again.")

@@ -35,7 +35,7 @@ from pathlib import Path
 #: While ``make release`` records a lesson, the kernel's environment names the folder where
 #: each cell's values go (one pickle per cell, merged by :func:`merge_recording`).
 RECORD_ENV = "COURSE_RECORD_DIR"
-from .standin import UNSOLVED_PATTERN  # noqa: E402
+from .standin import UNSOLVED_PATTERN, python_only  # noqa: E402
 
 RECORDED = Path(__file__).resolve().parent / "recorded"   # the release's recordings, one per lesson
 # A value larger than this, compressed, is not recorded: a cell after it that reads it is recorded
@@ -101,7 +101,7 @@ def changed_names(source: str) -> set[str]:
     """The top-level names a cell binds (``x = ...``, ``for x in``, ``with ... as x``) or visibly
     changes in place (``x[k] = ...``, ``x.attr = ...``, ``x += ...``, ``x.append(...)``)."""
     try:
-        tree = ast.parse(_python_only(source))
+        tree = ast.parse(python_only(source))
     except SyntaxError:
         return set()
     out = set()
@@ -116,15 +116,10 @@ def changed_names(source: str) -> set[str]:
     return out
 
 
-def _python_only(source: str) -> str:
-    """A cell's source with IPython magics and shell escapes blanked (line numbers kept)."""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n"))
-
-
 def _definitions(source: str) -> list:
     """The cell's top-level ``def``, ``class`` and import statements, as code to run again."""
     try:
-        tree = ast.parse(_python_only(source))
+        tree = ast.parse(python_only(source))
     except SyntaxError:
         return []
     kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
@@ -247,7 +242,7 @@ def record_cell(folder: Path, source: str, namespace: dict) -> set:
 def _reads(source: str) -> set:
     """The names a cell reads at top level (or its functions read from the namespace)."""
     try:
-        tree = ast.parse(_python_only(source))
+        tree = ast.parse(python_only(source))
     except SyntaxError:
         return set()
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}

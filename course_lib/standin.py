@@ -167,9 +167,12 @@ def _code_cells(path: Path):
         src = cell.get("source", "")
         if isinstance(src, list):
             src = "".join(src)
-        # IPython magics and shell escapes are not Python: blank them, keeping line numbers.
-        lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in src.split("\n")]
-        yield k, "\n".join(lines)
+        yield k, python_only(src)
+
+
+def python_only(source: str) -> str:
+    """A cell's source with IPython magics and shell escapes (not Python) blanked, line numbers kept."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n"))
 
 
 _SAFE_CALL_ROOTS = {"np", "numpy", "math", "fractions", "Fraction", "int", "float", "complex", "str", "bool",

@@ -77,9 +77,13 @@ def test_incast_p_senders_take_p_transmissions(cluster4):
     """Three workers send 200 kB at once to one server over 20 MB/s links: about 3 x 10 ms,
     against 10 ms for one sender and for three senders when only the sender is charged."""
     net = Network(bandwidth=BANDWIDTH)
-    one = cluster4.run(gather_at_zero, 1, network=net)[0]
-    three = cluster4.run(gather_at_zero, 3, network=net)[0]
-    sender_only = cluster4.run(gather_at_zero, 3, network=Network(bandwidth=BANDWIDTH, downlink=False))[0]
+    runs = {"one": [], "three": [], "sender_only": []}
+    for _ in range(3):    # in turns, fastest kept: another program only adds time (one sender: 13 ms once)
+        runs["one"].append(cluster4.run(gather_at_zero, 1, network=net)[0])
+        runs["three"].append(cluster4.run(gather_at_zero, 3, network=net)[0])
+        runs["sender_only"].append(
+            cluster4.run(gather_at_zero, 3, network=Network(bandwidth=BANDWIDTH, downlink=False))[0])
+    one, three, sender_only = (min(runs[k]) for k in ("one", "three", "sender_only"))
     assert 0.9 * TRANSMIT <= one < 2.0 * TRANSMIT, one
     assert 0.9 * 3 * TRANSMIT <= three < 3 * TRANSMIT + 0.02, three
     assert 2.4 < three / one < 3.6, (three, one)

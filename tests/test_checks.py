@@ -23,7 +23,7 @@ import pytest
 
 from course_lib.grading import all_questions, load_lesson, run_question
 from course_lib.grading.regions import BEGIN_RE, lesson_of_path, replace_region_in_notebook
-from course_lib.grading.registry import DEFAULT_HIDDEN_DIR, get_question
+from course_lib.grading.registry import DEFAULT_HIDDEN_DIR, GENERIC_PROPERTY, get_question
 from course_lib.reference import QUESTIONS as REFERENCE_QUESTIONS
 
 from common import EXERCISES, FIXTURES, REPO, SOLUTIONS, expected_points
@@ -292,6 +292,9 @@ def test_hidden_feedback_gives_away_no_hidden_input(path):
     leaked = _numbers(m.group("property")) - _numbers(m.group("case"))
     assert not leaked, f"{path.name}: the hidden check's message carries the numbers {leaked}: {res.message!r}"
     assert not res.traceback, res.traceback
+    assert m.group("property") != GENERIC_PROPERTY, (
+        f"{path.name}: the hidden check should name the property that failed (a `with hidden_property(...)` "
+        f"block around its assertion), not '{GENERIC_PROPERTY}'")
 
 
 def _merge_cases(text: str):

@@ -6,6 +6,8 @@ ex01_3  reduce_update(partials, n_total, w, lr)   the reduce (sum, then 1/N) and
 ex01_4  comm_time(p, n_params, latency, bandwidth)  communication time per iteration from the model
 ex01_5  speedup_table(times)                      speedups read from measured time per iteration
 """
+from contextlib import nullcontext
+
 import numpy as np
 
 from course_lib.grading import question
@@ -24,6 +26,13 @@ from course_lib.questions import (
 CHECK_TIMEOUT = 6.0  # seconds a check's cluster run may take (these runs take well under one)
 
 
+def plain(kind):
+    """What the checks below run each kind of assertion in (``within=``): nothing, here. The kinds
+    are "helper" (a library function doing the work), "inputs" (an argument changed) and "result";
+    the grader's own checks name the property of each kind when it fails."""
+    return nullcontext()
+
+
 #: Library functions that do (part of) a question's work: the checks refuse an answer that calls them.
 HELPERS = {
     "ex01_1": [("course_lib.async_ps.problems", "batch_gradient")],
@@ -34,10 +43,17 @@ HELPERS = {
 
 
 # ------------------------------------------------------------------------------ ex01_1
-def assert_full_gradient(fn, X, y, w, want):
+def assert_full_gradient(fn, X, y, w, want, within=plain):
     X, y, w = (np.asarray(a, dtype=float) for a in (X, y, w))
-    refuse_helpers(fn, (X, y, w), HELPERS["ex01_1"], "full_gradient")
-    got = call_keeping_inputs(fn, (X, y, w), ("X", "y", "w"))
+    with within("helper"):
+        refuse_helpers(fn, (X, y, w), HELPERS["ex01_1"], "full_gradient")
+    with within("inputs"):
+        got = call_keeping_inputs(fn, (X, y, w), ("X", "y", "w"))
+    with within("result"):
+        _assert_gradient(got, X, w, want)
+
+
+def _assert_gradient(got, X, w, want):
     got = as_array(got, "full_gradient's result (the gradient, shaped like w)", shape=w.shape)
     n = len(X)
     if n > 1 and np.allclose(got, np.asarray(want) * n, rtol=1e-9, atol=1e-12) and not np.allclose(want, 0):
@@ -82,12 +98,19 @@ def run_map(fn, X, y, w, n_workers):
         return res, np.array(Xs.array), np.array(ys.array)
 
 
-def assert_map(fn, X, y, w, n_workers, want):
+def assert_map(fn, X, y, w, n_workers, want, within=plain):
     """Rank r's partial sum must be ``want[r]``; the shared X and y must be left as they were."""
     X, y, w = (np.asarray(a, dtype=float) for a in (X, y, w))
-    refuse_helpers(fn, (X, y, w), HELPERS["ex01_2"], "map_gradient")
+    with within("helper"):
+        refuse_helpers(fn, (X, y, w), HELPERS["ex01_2"], "map_gradient")
     partials, X_after, y_after = run_map(fn, X, y, w, n_workers)
-    assert_unchanged("map_gradient", ["X_shard", "y_shard"], [X, y], [X_after, y_after])
+    with within("inputs"):
+        assert_unchanged("map_gradient", ["X_shard", "y_shard"], [X, y], [X_after, y_after])
+    with within("result"):
+        _assert_partials(partials, X, w, n_workers, want)
+
+
+def _assert_partials(partials, X, w, n_workers, want):
     for r, ((lo, hi), got, wr) in enumerate(zip(shard_ranges(len(X), n_workers), partials, want)):
         got = as_array(got, f"rank {r}'s partial gradient", shape=w.shape)
         wr = np.asarray(wr, dtype=float)
@@ -111,11 +134,18 @@ def ex01_2(ns):
 
 
 # ------------------------------------------------------------------------------ ex01_3
-def assert_reduce_update(fn, partials, n_total, w, lr, want):
+def assert_reduce_update(fn, partials, n_total, w, lr, want, within=plain):
     partials = [np.asarray(p, dtype=float) for p in partials]
     w = np.asarray(w, dtype=float)
-    refuse_helpers(fn, (partials, n_total, w, lr), HELPERS["ex01_3"], "reduce_update")
-    got = call_keeping_inputs(fn, (partials, n_total, w, lr), ("partials", "n_total", "w", "lr"))
+    with within("helper"):
+        refuse_helpers(fn, (partials, n_total, w, lr), HELPERS["ex01_3"], "reduce_update")
+    with within("inputs"):
+        got = call_keeping_inputs(fn, (partials, n_total, w, lr), ("partials", "n_total", "w", "lr"))
+    with within("result"):
+        _assert_new_w(got, partials, n_total, w, lr, want)
+
+
+def _assert_new_w(got, partials, n_total, w, lr, want):
     got = as_array(got, "reduce_update's result (the new w)", shape=w.shape)
     want = np.asarray(want, dtype=float)
     step_want, step_got = want - w, got - w
@@ -141,9 +171,15 @@ def ex01_3(ns):
 
 
 # ------------------------------------------------------------------------------ ex01_4
-def assert_comm_time(fn, p, n_params, latency, bandwidth, want):
-    refuse_helpers(fn, (p, n_params, latency, bandwidth), HELPERS["ex01_4"], "comm_time")
-    got = as_number(fn(p, n_params, latency, bandwidth), "comm_time's result (seconds)")
+def assert_comm_time(fn, p, n_params, latency, bandwidth, want, within=plain):
+    with within("helper"):
+        refuse_helpers(fn, (p, n_params, latency, bandwidth), HELPERS["ex01_4"], "comm_time")
+    with within("result"):
+        _assert_seconds(fn(p, n_params, latency, bandwidth), p, n_params, latency, bandwidth, want)
+
+
+def _assert_seconds(got, p, n_params, latency, bandwidth, want):
+    got = as_number(got, "comm_time's result (seconds)")
     down, up = 8 * n_params, 8 * (n_params + 1)
     hints = {2 * latency + (p * down + up) / bandwidth:
              "counts the p copies of w and one answer, as if only the sender's link were busy; but the p "
@@ -174,9 +210,15 @@ def ex01_4(ns):
 
 
 # ------------------------------------------------------------------------------ ex01_5
-def assert_speedup_table(fn, times, want):
+def assert_speedup_table(fn, times, want, within=plain):
     times = {p: np.asarray(t, dtype=float) for p, t in times.items()}
-    got = call_keeping_inputs(fn, (times,), ("times",))
+    with within("inputs"):
+        got = call_keeping_inputs(fn, (times,), ("times",))
+    with within("result"):
+        _assert_speedups(got, times, want)
+
+
+def _assert_speedups(got, times, want):
     if not isinstance(got, dict) or set(got) != set(times):
         raise AssertionError(f"speedup_table should return a dict with the same keys (worker counts) as times, "
                              f"{sorted(times)}; got {shown(got)}.")

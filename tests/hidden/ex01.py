@@ -2,6 +2,7 @@
 import numpy as np
 
 from course_lib.grading import hidden_check
+from course_lib.grading.registry import hidden_property
 from course_lib.mapreduce import make_least_squares
 from course_lib.questions.ex01 import (
     assert_comm_time,
@@ -12,6 +13,13 @@ from course_lib.questions.ex01 import (
     shard_ranges,
 )
 from course_lib.reference.ex01 import comm_time, full_gradient, map_gradient, reduce_update, speedup_table
+
+
+def named(result, inputs="changes its input arrays in place (compute into new arrays)"):
+    """``within=`` of a visible assert: each kind of assertion fails with its own property."""
+    phrases = {"helper": "calls a course-library function that does this question's work (write it yourself)",
+               "inputs": inputs, "result": result}
+    return lambda kind: hidden_property(phrases.get(kind, result))
 
 
 def data(n, d, seed):
@@ -25,7 +33,9 @@ def other_shapes(ns):
     for n, d, seed in ((7, 3, 5), (31, 4, 6), (1, 2, 7)):
         X, y = data(n, d, seed)
         w = np.random.default_rng(seed).standard_normal(d)
-        assert_full_gradient(fn, X, y, w, full_gradient(X, y, w))
+        kind = "wrong for a single sample" if n == 1 else "wrong for other shapes of X (other N and d)"
+        assert_full_gradient(fn, X, y, w, full_gradient(X, y, w),
+                             within=named(kind, inputs="changes X, y or w in place (compute into new arrays)"))
 
 
 @hidden_check("ex01_2", case="n not a multiple of the number of workers")
@@ -33,7 +43,10 @@ def uneven_shards(ns):
     X, y = data(101, 3, 7)                                    # 101 rows on 4 workers: 26, 25, 25, 25
     w = np.array([0.5, -2.0, 1.0])
     want = [map_gradient(X[lo:hi], y[lo:hi], w) for lo, hi in shard_ranges(101, 4)]
-    assert_map(ns["map_gradient"], X, y, w, 4, want)
+    assert_map(ns["map_gradient"], X, y, w, 4, want,
+               within=named("wrong when the number of rows is not a multiple of the number of workers "
+                            "(shards of unequal sizes)",
+                            inputs="changes the shared X or y (its shards are views of everybody's data)"))
 
 
 @hidden_check("ex01_3", case="shards of unequal sizes, a single worker")
@@ -41,16 +54,22 @@ def uneven_and_single(ns):
     fn = ns["reduce_update"]
     rng = np.random.default_rng(8)
     partials, w = [rng.standard_normal(6) for _ in range(4)], rng.standard_normal(6)
-    assert_reduce_update(fn, partials, 101, w, 0.05, reduce_update(partials, 101, w, 0.05))
+    inputs = "changes w or the partials in place (return a new w)"
+    assert_reduce_update(fn, partials, 101, w, 0.05, reduce_update(partials, 101, w, 0.05),
+                         within=named("wrong when the shards hold unequal numbers of rows (divide the sum by N "
+                                      "only, once)", inputs))
     partials = [rng.standard_normal(5)]
-    assert_reduce_update(fn, partials, 17, np.zeros(5), 1.0, reduce_update(partials, 17, np.zeros(5), 1.0))
+    assert_reduce_update(fn, partials, 17, np.zeros(5), 1.0, reduce_update(partials, 17, np.zeros(5), 1.0),
+                         within=named("wrong for a single worker", inputs))
 
 
 @hidden_check("ex01_4", case="other worker counts and model sizes")
 def other_sizes(ns):
     for p in (2, 8, 16):
         P, lat, bw = 123_456, 5e-5, 2.5e9
-        assert_comm_time(ns["comm_time"], p, P, lat, bw, comm_time(p, P, lat, bw))
+        assert_comm_time(ns["comm_time"], p, P, lat, bw, comm_time(p, P, lat, bw),
+                         within=named("wrong for other worker counts or model sizes (count the first copy of w, "
+                                      "then the answers coming back one after the other, and one latency each way)"))
 
 
 def fake_times(t1, speedups, iters=9, seed=0):
@@ -65,7 +84,15 @@ def fake_times(t1, speedups, iters=9, seed=0):
     return out
 
 
-@hidden_check("ex01_5", case="fewest workers not 1 and not listed first")
+@hidden_check("ex01_5", case="a slow first iteration and a hiccup in every run; fewest workers not 1 "
+                             "and not listed first")
 def fewest_workers_is_not_one(ns):
+    inputs = "changes the arrays of times in place"
+    times = fake_times(0.5, {1: 1.0, 2: 1.8, 4: 3.1}, iters=9, seed=4)
+    assert_speedup_table(ns["speedup_table"], times, speedup_table(times),
+                         within=named("wrong when a run has a slow first iteration and a hiccup (drop the first "
+                                      "iteration, take medians)", inputs))
     times = fake_times(0.5, {4: 1.7, 2: 1.0, 8: 2.2}, iters=8, seed=3)   # fewest: 2, not listed first
-    assert_speedup_table(ns["speedup_table"], times, speedup_table(times))
+    assert_speedup_table(ns["speedup_table"], times, speedup_table(times),
+                         within=named("wrong when the run with the fewest workers is not the one with one worker, "
+                                      "or not listed first", inputs))

@@ -10,7 +10,8 @@ with the visible and the hidden (instructor) checks of its lesson. Writes:
   (``ok``, or why the submission could not be graded: ``invalid-notebook: ...``,
   ``not-a-regular-file: ...``, ``grader-error: ...``), ``sandbox``, ``checks``, ``total``, ``max``;
 - ``DIR/feedback/<name>.json``: the instructor's record (points, status, message and traceback
-  per question, notes, output); ``DIR/feedback/<name>.md``: the feedback a student can be handed;
+  per question, and a hidden failure's ``detail`` with its inputs, notes, output);
+  ``DIR/feedback/<name>.md``: the feedback a student can be handed;
 - ``DIR/results/<name>/results.json``: the same in Gradescope's format.
 
 ``<name>`` is the submission id made a safe file name, with a hash of the id (:func:`safe_name`).

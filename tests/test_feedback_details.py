@@ -53,3 +53,33 @@ def test_a_worker_error_names_the_workers_exception():
     # Its message is not shown on the grader's inputs: student text could carry them out.
     assert r.message.startswith("`f` raised ZeroDivisionError in a worker on one of the grader's own inputs"), r.message
     assert r.traceback == ""
+    # The instructor keeps what the student does not see: the worker's message and traceback.
+    assert "float division by zero" in r.detail and "in work" in r.detail, r.detail
+
+
+def test_a_hidden_failure_keeps_its_detail_for_the_instructor_only(tmp_path):
+    """The hidden check's own message (its inputs, expected and got) goes to ``detail``: into the
+    instructor's JSON, not into the student's Markdown nor Gradescope's results."""
+    import json
+
+    from course_lib.grading.registry import _hide_inputs, hidden_property
+    from course_lib.grading.report import gradescope_results, student_markdown, write_feedback
+
+    def secret_case(ns):
+        with hidden_property("wrong for a long vector"):
+            got = ns["f"](list(range(9137)))
+            assert got == 41733216, f"f(range(9137)) should be 41733216, got {got}"
+
+    # what @hidden_check wraps a check in, without registering it as a check of a real question
+    q = Question("ex99_1", 2, "t", names=("f",), timeout=20, visible=[],
+                 hidden=[_hide_inputs(secret_case, "a long vector", "ex99_1")])
+    r = run_question(q, {"f": sum}, hidden=True, timeout=20)
+    assert r.status == "failed"
+    assert r.message == "On the grader's own inputs: hidden check (a long vector): wrong for a long vector", r.message
+    assert "41733216" in r.detail and "9137" in r.detail, r.detail
+    row = {"submission": "s", "score": 0, "max_score": 2, "status": "ok", "notes": [],
+           "questions": [dict(r.to_dict(), hidden_checks=1)]}
+    path = write_feedback(row, tmp_path)
+    assert json.loads(path.read_text())["questions"][0]["detail"] == r.detail
+    for shown_to_student in (student_markdown(row), json.dumps(gradescope_results(row))):
+        assert "41733216" not in shown_to_student and "9137" not in shown_to_student, shown_to_student

@@ -42,6 +42,9 @@ class QuestionResult:
     message: str
     traceback: str = ""
     elapsed: float = 0.0
+    #: For the instructor only (``feedback/<name>.json``), never shown to the student: what a hidden
+    #: check's own message said (its inputs, expected and got), or the student's error text on a hidden input.
+    detail: str = ""
 
     @property
     def passed(self) -> bool:
@@ -153,10 +156,10 @@ def run_question(q: Question | str, ns, hidden: bool = False,
     t0 = time.perf_counter()
     checks = list(q.visible) + (list(q.hidden) if hidden else [])
 
-    def result(status, message, tb=""):
+    def result(status, message, tb="", detail=""):
         pts = q.points if status == "passed" else 0
         return QuestionResult(q.qid, q.title, pts, q.points, status, message, tb,
-                              round(time.perf_counter() - t0, 3))
+                              round(time.perf_counter() - t0, 3), detail)
 
     missing = [n for n in q.names if n not in code]
     if missing:
@@ -177,15 +180,18 @@ def run_question(q: Question | str, ns, hidden: bool = False,
         status, msg = _classify(q, exc, timeout)
         tb = exc.traceback if isinstance(exc, StudentError) else ""
         in_hidden_check = checks_passed >= n_visible
+        detail = ""
         if in_hidden_check and isinstance(exc, StudentError) and status == "error":
             # The student's own error text or traceback could carry the hidden inputs out.
             # So a worker's error is named by its type (ZeroDivisionError, not WorkerError), not its text.
             where = " in a worker" if "WorkerError" in exc.kinds and exc.type_name != "WorkerError" else ""
+            detail = f"{msg}\n{tb}".strip()
             msg, tb = (f"`{exc.name}` raised {exc.type_name}{where} on one of the grader's own inputs "
                        "(the visible checks pass: make your code general)."), ""
         elif in_hidden_check and status == "failed":
             msg = f"On the grader's own inputs: {msg}"
-        return result(status, msg, tb)
+            detail = getattr(exc, "detail", "") or ""
+        return result(status, msg, tb, detail)
     n = len(checks)
     return result("passed", f"All {n} check{'s' if n != 1 else ''} passed.")
 

@@ -55,15 +55,18 @@ class Kernel:
     def cell(self, msg: dict) -> dict:
         _seed(msg.get("seed", 0))
         limit = float(msg.get("timeout", 120))
-        error = None
+        error, hung_in = None, []
         try:
             with time_limit(limit):
                 res = self.shell.run_cell(msg["source"], store_history=False, silent=False)
             err = res.error_before_exec or res.error_in_exec
             if err is not None:
                 error = _first_line(err)
-        except QuestionTimeout:
+                if isinstance(err, QuestionTimeout):
+                    hung_in = self.running(err, msg.get("watch", []))
+        except QuestionTimeout as e:
             error = f"the cell ran past the time limit of {limit:g} s and was interrupted"
+            hung_in = self.running(e, msg.get("watch", []))
         except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt from student code
             error = _first_line(e)
         if error and error.startswith("QuestionTimeout"):
@@ -72,7 +75,24 @@ class Kernel:
             error = "MemoryError: the cell ran out of memory (the grader limits memory per process)"
         sys.stdout.flush()
         sys.stderr.flush()
-        return {"op": "cell_done", "index": msg["index"], "error": error}
+        return {"op": "cell_done", "index": msg["index"], "error": error, "hung_in": hung_in}
+
+    def running(self, stopped: BaseException, watch) -> list:
+        """The ``watch``ed notebook functions that were running when the time limit stopped the cell:
+        those whose code object is on the stack of ``stopped``'s traceback. A cell that hangs in its
+        own loop after calling an answer, or in a worker it started, names none."""
+        codes = {}
+        for name in watch if isinstance(watch, list) else []:
+            code = getattr(self.ns.get(name) if isinstance(name, str) else None, "__code__", None)
+            if code is not None:
+                codes[code] = name
+        tb, found = stopped.__traceback__, []
+        while tb is not None:
+            name = codes.get(tb.tb_frame.f_code)
+            if name is not None and name not in found:
+                found.append(name)
+            tb = tb.tb_next
+        return found
 
     def quiet(self, msg: dict) -> dict:
         sys.stdout.flush()

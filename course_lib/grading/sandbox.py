@@ -33,7 +33,6 @@ running is charged, and the notebook is run again in a fresh sandbox for the res
 """
 from __future__ import annotations
 
-import ast
 import functools
 import os
 import resource
@@ -660,14 +659,16 @@ def cell_name(number: int, source: str) -> str:
     return f"code cell {number} (`{first}`)"
 
 
-def question_names_called(source: str, names: Dict[str, str]) -> List[str]:
-    """Question ids whose functions a cell's source mentions (``names``: function -> qid)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+def questions_hung_in(reply: dict, names: Dict[str, str]) -> List[str]:
+    """Question ids whose functions were running when a cell's time limit stopped it, from the
+    kernel's ``hung_in`` (``names``: function -> qid). Only these are charged for the cell: a cell
+    that merely calls an answer, then hangs in its own loop or in a worker, costs no question, whose
+    checks then run (and time out on their own if the answer hangs there too). Anything malformed
+    names none."""
+    hung = reply.get("hung_in")
+    if not isinstance(hung, list):
         return []
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    return sorted({qid for fn, qid in names.items() if fn in used})
+    return sorted({names[n] for n in hung[:1000] if isinstance(n, str) and n in names})
 
 
 class _OutOfTime(Exception):
@@ -801,7 +802,7 @@ def _run_cells(kernel, cells, skip, notes, first, limits, seed, fn_to_qid, fail,
         name = cell_name(number, source)
         try:
             reply = kernel.request({"op": "cell", "index": k, "source": source, "timeout": limit,
-                                    "seed": seed}, limit + GRACE)
+                                    "seed": seed, "watch": sorted(fn_to_qid)}, limit + GRACE)
         except KernelLost as e:
             skip.add(k)
             if left() <= 0:
@@ -821,7 +822,7 @@ def _run_cells(kernel, cells, skip, notes, first, limits, seed, fn_to_qid, fail,
             notes.append(f"{name}: {str(error)[:300]}")
         if timed_out:
             # The answer that hung here would hang its checks too: charge it once, not twice.
-            for qid in question_names_called(source, fn_to_qid):
+            for qid in questions_hung_in(reply, fn_to_qid):
                 fail(qid, "timeout", f"Your code in {name} ran past the time limit "
                                      f"({limits.cell_timeout:g} s), so {qid} was not checked.")
     return True

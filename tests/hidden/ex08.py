@@ -2,6 +2,7 @@
 import numpy as np
 
 from course_lib.grading import hidden_check
+from course_lib.grading.registry import HiddenFailure, hidden_property
 from course_lib.questions.ex08 import (
     assert_buckets,
     assert_overlapped_run,
@@ -14,64 +15,135 @@ from course_lib.questions.ex08 import (
 )
 from course_lib.reference.ex08 import assign_buckets, shard_range, update_scale, zero_bytes_per_param
 
+#: Failures every kind of case shares, named by what they are (a phrase of the check's own message, and
+#: the property the student reads instead of the kind of case).
+SHARED = (("in place", "changes one of its arguments in place"),
+          ("should do this question's work itself", "calls a course library function that does this question's work"))
+
+
+class failing(hidden_property):
+    """``hidden_property(phrase)``, unless the check's message shows one of the shared failures
+    (an argument changed in place, a library helper called) or a part named in ``parts``
+    (``(phrase of the message, what to add to the property)``): then the property says so."""
+
+    def __init__(self, property, parts=()):
+        super().__init__(property)
+        self.parts = parts
+
+    def __exit__(self, kind, exc, tb):
+        if kind is not None and issubclass(kind, AssertionError) and not isinstance(exc, HiddenFailure):
+            text = str(exc)
+            for key, phrase in SHARED:
+                if key in text:
+                    raise HiddenFailure(phrase, detail=text) from None
+            for key, what in self.parts:
+                if key in text:
+                    raise HiddenFailure(f"{self.property}: {what}", detail=text) from None
+        return super().__exit__(kind, exc, tb)
+
+
+
+#: What part of ex08_1's check failed, read from its message.
+BUCKET_PARTS = (("LAST parameter's gradient first", "the first bucket must start from the last parameter"),
+                ("must stay within the cap", "a bucket of several parameters passes the cap"),
+                ("may hold exactly cap_bytes", "a bucket may hold exactly the cap"),
+                ("should return a list of buckets", "not a list of buckets"),
+                ("must be in exactly one bucket", "some parameter is in no bucket or in several"),
+                ("must not be empty", "an empty bucket"))
+
 
 @hidden_check("ex08_1", case="other sizes and caps, empty parameters, a real overlapped run")
 def other_sizes_and_caps(ns):
     fn = ns["assign_buckets"]
-    for sizes, cap in [([10, 1, 1], 4), ([1, 10, 1], 4), ([10, 20], 4), ([1, 2, 3, 4], 100), ([5], 5),
-                       ([4, 0, 4, 0, 4, 0], 4), ([3, 5, 2], 7), (list(range(1, 40)), 50), ([7] * 9, 21)]:
-        assert_buckets(fn, sizes, cap, assign_buckets(sizes, cap))
+    for kind, cases in [
+            ("wrong when a parameter is larger than the cap", [([10, 1, 1], 4), ([1, 10, 1], 4), ([10, 20], 4)]),
+            ("wrong when every parameter fits in one bucket", [([1, 2, 3, 4], 100), ([5], 5)]),
+            ("wrong when some parameters have no bytes", [([4, 0, 4, 0, 4, 0], 4)]),
+            ("wrong when a bucket fills exactly to the cap", [([3, 5, 2], 7), ([7] * 9, 21)]),
+            ("wrong for many parameters", [(list(range(1, 40)), 50)])]:
+        with failing(kind, BUCKET_PARTS):
+            for sizes, cap in cases:
+                assert_buckets(fn, sizes, cap, assign_buckets(sizes, cap))
     rng = np.random.default_rng(8)
-    for _ in range(200):
-        sizes = [int(n) for n in rng.integers(0, 60, size=rng.integers(1, 25))]
-        cap = int(rng.integers(1, 150))
-        assert_buckets(fn, sizes, cap, assign_buckets(sizes, cap))
-    assert_buckets(fn, [], 10, [])                          # no parameters, no bucket
+    with failing("wrong for random sizes and caps", BUCKET_PARTS):
+        for _ in range(200):
+            sizes = [int(n) for n in rng.integers(0, 60, size=rng.integers(1, 25))]
+            cap = int(rng.integers(1, 150))
+            assert_buckets(fn, sizes, cap, assign_buckets(sizes, cap))
+    with failing("wrong when there are no parameters", BUCKET_PARTS):
+        assert_buckets(fn, [], 10, [])
     # three workers, a deeper stack, a cap of two layers' weights
     widths = (5, 7, 7, 7, 2)
     sizes = [4 * n for a, b in zip(widths[:-1], widths[1:]) for n in (a * b, b)]
-    assert_overlapped_run(fn, widths, 9, 420, 3, assign_buckets(sizes, 420))
+    with failing("wrong in a real overlapped run of a deeper network on more workers",
+                 (("expected buckets", "not the expected buckets"),
+                  ("started the buckets' allreduces in the order", "the buckets' allreduces start out of order"),
+                  ("full-batch gradient", "the gradient is not the full-batch one"),
+                  ("bytes", "the run sends other bytes than a ring allreduce per bucket"))):
+        assert_overlapped_run(fn, widths, 9, 420, 3, assign_buckets(sizes, 420))
 
 
 @hidden_check("ex08_2", case="other intervals and factors, a real fp16 run")
 def other_intervals_factors_and_a_real_run(ns):
     fn = ns["update_scale"]
     rng = np.random.default_rng(8)
-    for interval, flags, start, factors in [
-            (1, [False, False, True, False], 2.0 ** 16, None),
-            (5, [True, True, True] + [False] * 11, 2.0 ** 16, None),
-            (2000, [False] * 2000 + [True], 1.0, None),
-            (4, list(rng.random(60) < 0.2), 2.0 ** 10, None),
-            (2, [False, False, True, False, False, False, False], 8.0, (4.0, 0.25))]:
+    for kind, interval, flags, start, factors in [
+            ("wrong when the growth interval is a single step", 1, [False, False, True, False], 2.0 ** 16, None),
+            ("wrong after several overflows in a row", 5, [True, True, True] + [False] * 11, 2.0 ** 16, None),
+            ("wrong for a long growth interval", 2000, [False] * 2000 + [True], 1.0, None),
+            ("wrong for a random mix of overflows and clean steps", 4, list(rng.random(60) < 0.2), 2.0 ** 10, None),
+            ("ignores the growth and backoff factors it is given", 2, [False, False, True, False, False, False, False],
+             8.0, (4.0, 0.25))]:
         scale, clean, steps = start, 0, []
         for flag in flags:
             want = update_scale(scale, clean, bool(flag), interval, *(factors or ()))
             steps.append((bool(flag), want))
             scale, clean = want[0], want[1]
-        assert_scaling_sequence(fn, interval, steps, start, factors)
+        with failing(kind, (("skip_step should be", "whether the step is skipped"),
+                            ("the new scale should be", "the new scale"),
+                            ("the clean-step count should become", "the clean-step count"))):
+            assert_scaling_sequence(fn, interval, steps, start, factors)
     # the rule drives the scaler of a real 2-worker fp16 run: every skip halves the next step's scale
     out = run_scaled_training(fn, 40, 3)
     skips = [k for k, s in enumerate(out["skipped"]) if s]
-    assert skips, "with growth_interval 3 the scale should reach an overflow within 40 steps of a real run"
-    for k in skips[:-1] if skips[-1] == len(out["scales"]) - 1 else skips:
-        assert out["scales"][k + 1] == out["scales"][k] / 2, (
-            f"in a real run step {k} was skipped, yet the next step used scale {out['scales'][k + 1]} "
-            f"instead of half of {out['scales'][k]}.")
-    assert np.all(np.isfinite(out["losses"])) and out["losses"][-1] < out["losses"][0], (
-        "the real fp16 run with your loss scaling did not train (its loss did not fall).")
+    with failing("in a real fp16 run the scale never grows until the gradients overflow"):
+        assert skips, "with growth_interval 3 the scale should reach an overflow within 40 steps of a real run"
+    with failing("in a real fp16 run a skipped step does not halve the next step's scale"):
+        for k in skips[:-1] if skips[-1] == len(out["scales"]) - 1 else skips:
+            assert out["scales"][k + 1] == out["scales"][k] / 2, (
+                f"in a real run step {k} was skipped, yet the next step used scale {out['scales'][k + 1]} "
+                f"instead of half of {out['scales'][k]}.")
+    with failing("a real fp16 run with this loss scaling does not train"):
+        assert np.all(np.isfinite(out["losses"])) and out["losses"][-1] < out["losses"][0], (
+            "the real fp16 run with your loss scaling did not train (its loss did not fall).")
 
 
 @hidden_check("ex08_3", case="n not a multiple of p, empty shards, a large n, a real reduce-scatter")
 def uneven_empty_and_large(ns):
     fn = ns["shard_range"]
-    for n, p in [(16, 4), (7, 4), (3, 5), (0, 2), (1000003, 8), (1, 1)]:
-        assert_shard_ranges(fn, n, p, [shard_range(n, p, r) for r in range(p)])
-    assert_real_reduce_scatter(fn, 13, 4)
+    for n, p, kind in [(16, 4, "wrong when n is a multiple of the number of ranks"),
+                       (7, 4, "wrong when n is not a multiple of the number of ranks"),
+                       (3, 5, "wrong when there are more ranks than elements (some ranges are empty)"),
+                       (0, 2, "wrong for an empty vector"),
+                       (1000003, 8, "wrong for a large n that is not a multiple of the number of ranks"),
+                       (1, 1, "wrong for a single rank")]:
+        with failing(kind):
+            assert_shard_ranges(fn, n, p, [shard_range(n, p, r) for r in range(p)])
+    with failing("does not match the chunks of a real reduce-scatter when n is not a multiple of p"):
+        assert_real_reduce_scatter(fn, 13, 4)
 
 
 @hidden_check("ex08_4", case="other worker counts, real workers")
 def four_workers_and_other_counts(ns):
     fn = ns["zero_bytes_per_param"]
-    assert_zero_formula(fn, [(s, n, zero_bytes_per_param(s, n)) for s in range(4) for n in (1, 2, 3, 8, 64)])
+    for stage, kind in [(0, "wrong for plain data parallel (nothing sharded)"),
+                        (1, "wrong when only the optimizer states are sharded"),
+                        (2, "wrong when the gradients are sharded too"),
+                        (3, "wrong when the parameters are sharded too")]:
+        with failing(f"{kind}, for other worker counts"):
+            assert_zero_formula(fn, [(stage, n, zero_bytes_per_param(stage, n)) for n in (2, 3, 8, 64)])
+    with failing("wrong for a single worker"):
+        assert_zero_formula(fn, [(s, 1, zero_bytes_per_param(s, 1)) for s in range(4)])
     # stages 0-3 on 4 real workers (every layer of the default widths splits evenly in 4)
-    assert_zero_run(fn, 4)
+    with failing("does not match the bytes that real ZeRO workers hold, on more workers"):
+        assert_zero_run(fn, 4)

@@ -147,7 +147,8 @@ def check_column_forward(f, p, gather, params, X, A):
 @question("ex06_1", points=2, title="Column-parallel forward", names=("column_parallel_forward",))
 def ex06_1(ns):
     """column_parallel_forward(comm, X, W1_shard, b1_shard, gather): this worker's hidden units,
-    or all of them (ring_allgather) when gather is True."""
+    or all of them when gather is True, sending what one ring_allgather of the activation shards
+    sends (the checks count the bytes; nothing travels without gather)."""
     f = ns["column_parallel_forward"]
     check_column_forward(f, 2, False, params(), X, A)
     check_column_forward(f, 3, True, params(), X, A)
@@ -188,7 +189,8 @@ def check_row_backward(f, p, params, A_in, dY, dW2, db2, dA):
 
 @question("ex06_3", points=2, title="Row-parallel backward", names=("row_parallel_backward",))
 def ex06_3(ns):
-    """row_parallel_backward(comm, A_shard, W2_shard, dY) -> (dW2_shard, db2, dA_shard)."""
+    """row_parallel_backward(comm, A_shard, W2_shard, dY) -> (dW2_shard, db2, dA_shard); the checks
+    count the bytes its workers send."""
     check_row_backward(ns["row_parallel_backward"], 3, params(), A_IN, DY, DW2, DB2, DA)
 
 

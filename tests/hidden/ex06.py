@@ -63,7 +63,8 @@ def more_workers(ns):
     with failing("wrong for a single worker", TP_PARTS):
         params, X, _, cache = network(7, seed=1)
         check_column_forward(f, 1, True, params, X, cache["A"])
-    params, X, _, cache = network(10, seed=4)                                   # 10 over 4: 3, 3, 2, 2
+    # 10 over 4: 3, 3, 2, 2; a batch of 8, so the activations and the weights (with the biases) differ in size
+    params, X, _, cache = network(10, seed=4, batch=8)
     with failing("wrong without gather when the hidden width is not a multiple of the number of workers", TP_PARTS):
         check_column_forward(f, 4, False, params, X, cache["A"])
     with failing("wrong with gather when the hidden width is not a multiple of the number of workers", TP_PARTS):

@@ -61,7 +61,8 @@ def assert_placement(fn, hosts, n, want):
 @question("ex07_2", points=2, title="Where mpiexec puts each rank", names=("place_ranks",))
 def ex07_2(ns):
     """Write ``place_ranks(hosts, n)``: ``hosts`` lists (name, slots) as a host file does; return,
-    for ranks 0..n-1, the pair (host, local_rank) that MPICH's mpiexec gives them by default."""
+    for ranks 0..n-1, the pair (host, local_rank) that MPICH's mpiexec gives them by default (a host
+    listed twice counts its local ranks over both lines)."""
     fn = ns["place_ranks"]
     # the host file of the lesson: node01:4, node02:4, 8 ranks
     assert_placement(fn, [("node01", 4), ("node02", 4)], 8,

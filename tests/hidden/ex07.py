@@ -54,7 +54,7 @@ def other_rank_counts(ns):
         assert_bus_bandwidth(fn, np.int64(2 ** 30), np.float64(0.5), np.int64(16), 2 ** 31, 2 ** 31 * 30 / 16)
 
 
-@hidden_check("ex07_2", case="hosts of unequal sizes, more ranks than slots, no ranks, hosts not sorted by name")
+@hidden_check("ex07_2", case="hosts of unequal sizes, more ranks than slots, no ranks, a host listed twice, hosts not sorted by name")
 def uneven_hosts_and_wrapping(ns):
     fn = ns["place_ranks"]
     for hosts, n, kind in [([("n1", 3), ("n2", 1), ("n3", 2)], 13,
@@ -62,7 +62,9 @@ def uneven_hosts_and_wrapping(ns):
                            ([("solo", 1)], 4, "wrong for a single host and more ranks than slots"),
                            ([("x", 2), ("y", 2)], 3, "wrong with fewer ranks than slots"),
                            ([["gpu0", 8], ["gpu1", 8]], 16, "wrong when each host is a list rather than a tuple"),
-                           ([("a", 1), ("b", 1)], 0, "wrong when there are no ranks to place")]:
+                           ([("a", 1), ("b", 1)], 0, "wrong when there are no ranks to place"),
+                           ([("a", 1), ("b", 2), ("a", 2)], 7,
+                            "wrong when a host is listed twice (its local ranks count all its ranks)")]:
         with failing(kind):
             assert_placement(fn, hosts, n, place_ranks(hosts, n))
     # the host file's order, not the names' order: mpiexec fills the hosts as listed

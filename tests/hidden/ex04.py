@@ -4,7 +4,7 @@ import numpy as np
 
 from course_lib.grading import hidden_check
 from course_lib.grading.registry import hidden_property
-from course_lib.questions import assert_no_helper, call_keeping_inputs, refuse_helpers
+from course_lib.questions import as_int, assert_no_helper, call_keeping_inputs, refuse_helpers
 from course_lib.questions.ex04 import (
     SPECTRUM,
     check_gossip_step,
@@ -91,8 +91,11 @@ def more_cases_and_the_measured_error(ns):
     def cases(pairs):
         return [(r, eps, iterations_to_reach(r, eps)) for r, eps in pairs]
 
+    with hidden_property("returns something other than an int (a float, even a whole one, is not an int)"):
+        as_int(fn(0.3, 1e-9), "iterations_to_reach's result")
     with hidden_property("wrong when eps is exactly a power of r: r**t equal to eps counts as reached"):
-        check_iterations(fn, cases([(0.5, 2.0 ** -k) for k in (1, 3, 17, 40)] + [(0.75, 0.75 ** 11)]))
+        check_iterations(fn, cases([(0.5, 2.0 ** -k) for k in (1, 3, 17, 31, 40)]
+                                   + [(0.75, 0.75 ** 11), (0.75, 0.75 ** 13)]))
     with hidden_property("wrong for other rates and targets, including a rate close to one"):
         check_iterations(fn, cases([(0.3, 1e-9), (0.999, 0.5)]))
     W = np.zeros((16, 16))

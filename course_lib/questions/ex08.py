@@ -224,7 +224,8 @@ def assert_real_reduce_scatter(fn, n, p):
 def ex08_3(ns):
     """Write ``shard_range(n_params, n_ranks, rank)``: the ``(start, stop)`` of the flat vector
     that ``comm.reduce_scatter`` leaves on ``rank`` (ZeRO's shard), cut as ``np.array_split``
-    cuts: nearly equal chunks in rank order, the first ``n_params % n_ranks`` one element longer."""
+    cuts: nearly equal chunks in rank order, the first ``n_params % n_ranks`` one element longer,
+    each starting where the previous one stops (an empty one too)."""
     fn = ns["shard_range"]
     assert_shard_ranges(fn, 12, 4, [(0, 3), (3, 6), (6, 9), (9, 12)])
     assert_shard_ranges(fn, 10, 3, [(0, 4), (4, 7), (7, 10)])

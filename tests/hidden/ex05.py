@@ -5,7 +5,7 @@ import numpy as np
 
 from course_lib.grading import hidden_check
 from course_lib.grading.registry import hidden_property
-from course_lib.questions import call_keeping_inputs, refuse_helpers
+from course_lib.questions import as_int, call_keeping_inputs, refuse_helpers
 from course_lib.questions.ex05 import (
     HELPERS,
     assert_crossover,
@@ -28,6 +28,8 @@ def many_points_and_wrap(ns):
     def lookup(keys):
         assert_lookup(fn, points, owners, [(int(k), ring_lookup(points, owners, int(k))) for k in keys])
 
+    with hidden_property("returns something other than an int (the owner, a server number)"):
+        as_int(fn(points, owners, int(points[-1]) + 1), "ring_lookup's result")
     with hidden_property("wrong for keys past the last point: they wrap around to the first point"):
         lookup([int(points[-1]) + 1, 9_999])
     with hidden_property("wrong for a key equal to a point: that point owns it"):
@@ -55,6 +57,10 @@ def gate_boundaries(ns):
     def gate(cases):
         assert_gate(fn, [(t, c, tau, bool(may_read(t, c, tau))) for t, c, tau in cases])
 
+    with hidden_property("returns something other than a bool"):
+        for t, clocks, tau in cases:
+            got = fn(t, list(clocks), tau)
+            assert isinstance(got, (bool, np.bool_)), f"may_read returned {got!r}"
     with hidden_property("changes the list of clocks it is given"):
         for t, clocks, tau in cases:
             call_keeping_inputs(fn, (t, list(clocks), tau), ("t", "clocks", "tau"))

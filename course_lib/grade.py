@@ -42,9 +42,9 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Iterable, List, Optional, Tuple
 
-from .grading.registry import DEFAULT_HIDDEN_DIR, load_lesson
+from .grading.registry import DEFAULT_HIDDEN_DIR, REPO_ROOT, load_lesson
 from .grading.report import safe_name, write_feedback, write_gradescope, write_scores
-from .grading.sandbox import CELL_TIMEOUT, MEMORY_MB, Limits, grade_notebook, sandbox_status
+from .grading.sandbox import CELL_TIMEOUT, MEMORY_MB, Limits, grade_notebook, next_uid, readable_as, sandbox_kind
 
 _QID_IN_TEXT = re.compile(r"\bex(\d{2})_\d+\b")
 MAX_NOTEBOOK_BYTES = 64 * 1024 * 1024   # larger files are not read (a row says so)
@@ -372,17 +372,36 @@ def _is_release() -> bool:
         return False
 
 
-def _sandbox_mode(no_sandbox: bool) -> str:
-    """The ``sandbox`` column: ``bubblewrap`` or ``none: why``; raises GradingRefused where
-    bubblewrap cannot run and no one said to grade without it."""
+def _private_paths(paths, out: Path, hidden_dir) -> list:
+    """What student code must not read: the submissions, the output, the hidden checks, the
+    solutions and the reference answers."""
+    package = Path(__file__).resolve().parent
+    return [*map(Path, paths), out, Path(hidden_dir or DEFAULT_HIDDEN_DIR), REPO_ROOT / "solutions",
+            package / "reference"]
+
+
+def _sandbox_mode(no_sandbox: bool, private=()) -> str:
+    """The ``sandbox`` column: ``bubblewrap``, ``user: why`` or ``none: why``; raises GradingRefused
+    where no sandbox can run and no one said to grade without it, or where the unprivileged user
+    could read one of the ``private`` paths (hidden checks, solutions, submissions, output)."""
     if no_sandbox:
         os.environ[NO_SANDBOX_ENV] = "1"   # restored by grade_paths
         print("grading without a sandbox (--no-sandbox): student code runs as this user, in its own session "
               "with a memory limit (see README, 'Grading without a sandbox').", file=sys.stderr)
         return "none: --no-sandbox"
-    usable, why = sandbox_status()
-    if usable:
+    kind, why = sandbox_kind()
+    if kind == "bubblewrap":
         return "bubblewrap"
+    if kind == "user":
+        readable = readable_as(next_uid(), private)
+        if readable:
+            raise GradingRefused(
+                f"bubblewrap cannot run here ({why}), and the unprivileged user student code would run as can "
+                f"read {', '.join(readable[:5])}. Make them unreadable by other users (chmod -R go-rwx) or grade "
+                "where bubblewrap runs (see README, 'Grading in a container').")
+        print(f"grading as an unprivileged user (bubblewrap cannot run here: {why}); it cannot read the hidden "
+              "checks, solutions, submissions or output (tried).", file=sys.stderr)
+        return f"user: {_one_line(why, 100)}"
     opted = os.environ.get(NO_SANDBOX_ENV) == "1"
     if not opted and not _is_release():
         raise GradingRefused(f"the sandbox cannot run here ({why}). Grade on a Linux machine where bubblewrap "
@@ -468,7 +487,7 @@ def grade_paths(paths, out, limits: Limits = Limits(), hidden_dir=None, seed: in
     saved_env = os.environ.get(NO_SANDBOX_ENV)
     try:
         subs = find_submissions(paths)
-        sandbox = _sandbox_mode(no_sandbox) if subs else ""
+        sandbox = _sandbox_mode(no_sandbox, _private_paths(paths, out, hidden_dir)) if subs else ""
         # Notebooks are read and checks loaded here, before any thread starts: the registry is not thread-safe.
         plan = _Plan(subs, lesson, hidden_dir, visible_only)
         checks = _checks_mode(plan, visible_only) if subs else ""

@@ -63,7 +63,7 @@ def fake_grading(monkeypatch, tmp_path):
 
     monkeypatch.setattr(grade, "grade_notebook", fake)
     monkeypatch.setattr(grade, "grading_library", lambda dest: Path(dest))
-    monkeypatch.setattr(grade, "sandbox_status", lambda: (True, "stand-in"))
+    monkeypatch.setattr(grade, "sandbox_kind", lambda: ("bubblewrap", "stand-in"))
     behaviour["_seen"] = seen
     return behaviour
 
@@ -256,8 +256,7 @@ def test_no_sandbox_is_refused_unless_asked(tmp_path, fake_grading, monkeypatch)
     subs = tmp_path / "subs"
     subs.mkdir()
     good(subs, "00_a.ipynb")
-    monkeypatch.setattr(grade, "sandbox_status", lambda: (os.environ.get(grade.NO_SANDBOX_ENV) == "1" and False,
-                                                          "user namespaces are off (test)"))
+    monkeypatch.setattr(grade, "sandbox_kind", lambda: (None, "user namespaces are off and this is not root (test)"))
     monkeypatch.delenv(grade.NO_SANDBOX_ENV, raising=False)
     with pytest.raises(grade.GradingRefused, match="--no-sandbox"):
         run(subs, tmp_path / "out")
@@ -348,7 +347,7 @@ def test_a_real_batch_with_bad_files_grades_the_good_ones(tmp_path):
     os.mkfifo(subs / "00_pipe.ipynb")
     (subs / "00_text.ipynb").write_text("not a notebook")
     env = dict(os.environ)
-    if not grade.sandbox_status()[0]:
+    if grade.sandbox_kind()[0] != "bubblewrap":
         env[grade.NO_SANDBOX_ENV] = "1"
     cp = subprocess.run([sys.executable, "-m", "course_lib.grade", str(subs), "--out", str(tmp_path / "out"),
                          "--jobs", "2"], capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=env)

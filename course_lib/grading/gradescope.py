@@ -6,7 +6,9 @@
 - ``setup.sh``: installs Python and the course's requirements (``requirements.txt``) in
   ``/autograder/venv``; Gradescope runs it once, when it builds the autograder image;
 - ``run_autograder``: grades ``$AUTOGRADER_ROOT/submission`` (default ``/autograder``) and writes
-  ``$AUTOGRADER_ROOT/results/results.json``;
+  ``$AUTOGRADER_ROOT/results/results.json``; it closes the source and the submission to other
+  users first, so that where bubblewrap cannot run (Gradescope's Docker containers forbid new user
+  namespaces) student code runs as an unprivileged user that can read none of it;
 - ``course_lib/``: the instructor's library, which the checks run with (the hidden checks may use
   the reference answers); the grader builds the student release of it (``build_library``) for the
   sandbox at each run, as ``make grade`` does, so graded code never sees the reference answers;
@@ -52,9 +54,9 @@ fi
 python3 -m venv /autograder/venv
 /autograder/venv/bin/python -m pip install --quiet --upgrade pip
 /autograder/venv/bin/python -m pip install --quiet -r requirements.txt
-# Whether bubblewrap runs in this image (run_autograder refuses to grade without it unless built so):
+# Which sandbox runs in this image: bubblewrap, else (as root) an unprivileged user per submission:
 PYTHONPATH="$PWD" /autograder/venv/bin/python -c \
-    'from course_lib.grading.sandbox import sandbox_status; print("sandbox:", sandbox_status())' || true
+    'from course_lib.grading.sandbox import sandbox_kind; print("sandbox:", sandbox_kind())' || true
 """
 
 RUN_AUTOGRADER = """\
@@ -67,6 +69,11 @@ SRC="$ROOT/source"
 [ -d "$SRC/course_lib" ] || SRC="$(cd "$(dirname "$0")" && pwd)"
 PY="${{COURSE_PYTHON:-/autograder/venv/bin/python}}"
 [ -x "$PY" ] || PY=python3
+# Where bubblewrap cannot run (Docker forbids new namespaces) student code runs as an unprivileged
+# user, which the grader allows only when that user can read nothing of the grader's: so the
+# source (hidden checks, reference answers) and the submission are closed to other users.
+chmod 700 "$SRC" 2>/dev/null || true
+chmod -R go-rwx "$ROOT/submission" 2>/dev/null || true
 cd "$SRC"
 export PYTHONPATH="$SRC${{PYTHONPATH:+:$PYTHONPATH}}"
 exec "$PY" -m course_lib.grading.gradescope run --root "$ROOT" --hidden "$SRC/hidden" {args} "$@"

@@ -21,9 +21,15 @@ The notebook file itself is read here and its cells are sent over the control ch
 here and reach the student's functions through :class:`RemoteCode`, which sends plain
 arguments and gets plain results back. The points are decided here, from that data only.
 
-Where bubblewrap cannot run (macOS, Windows, a kernel without unprivileged user
-namespaces), grading falls back to a plain subprocess in its own session and says so
-(:func:`sandbox_status`); the README lists what is then not guaranteed.
+Where bubblewrap cannot run but the grader is root (a Docker container such as Gradescope's,
+which forbids new user namespaces or a fresh ``/proc``), the kernel runs as an **unprivileged
+user** of its own (:func:`sandbox_kind`): a uid no other process has, so it can neither signal
+nor read another sandbox, in its own session and cgroups, killed with every process of that
+uid. It sees the files every user may read, so the grader first proves, as that uid, that it
+cannot read the hidden checks, the solutions, the reference answers, the submissions or the
+output (:func:`readable_as`), and refuses otherwise. Where neither can run (macOS, Windows,
+no root), grading needs ``--no-sandbox`` and says so; the README lists what is then not
+guaranteed.
 
 Time: a cell runs at most ``Limits.cell_timeout`` and a question's checks share its own
 limit (at most 20 s); the kernel interrupts the student's code at the limit, and the grader
@@ -123,6 +129,84 @@ def _bwrap_runs() -> tuple[bool, str]:
     if r.returncode != 0:
         return False, r.stderr.decode("utf-8", "replace").strip()[-300:] or f"bwrap exited {r.returncode}"
     return True, "bubblewrap works"
+
+
+#: ``COURSE_GRADING_SANDBOX=user`` skips bubblewrap and runs the kernel as an unprivileged user.
+SANDBOX_ENV = "COURSE_GRADING_SANDBOX"
+#: The kernels' uids in the unprivileged-user sandbox: far above any account's, one per kernel.
+USER_UID_BASE = 1_600_000_000
+_uids = iter(range(USER_UID_BASE + (os.getpid() % 100_000) * 1000, 2 ** 31 - 2))
+_uid_lock = threading.Lock()
+
+
+def sandbox_kind() -> tuple[Optional[str], str]:
+    """(``"bubblewrap"``, ``"user"`` or None, why): the strongest sandbox that runs here.
+
+    ``"user"`` (run as an unprivileged uid) where bubblewrap cannot run and this process is root
+    on Linux, or where ``COURSE_GRADING_SANDBOX=user`` asks for it."""
+    if os.environ.get("COURSE_GRADING_NO_SANDBOX") == "1":
+        return None, "COURSE_GRADING_NO_SANDBOX=1 is set"
+    forced = os.environ.get(SANDBOX_ENV, "")
+    if forced not in ("", "bubblewrap", "user"):
+        return None, f"{SANDBOX_ENV}={forced!r} is not 'bubblewrap' or 'user'"
+    why = f"{SANDBOX_ENV}=user is set"
+    if forced != "user":
+        usable, why = sandbox_status()
+        if usable or forced == "bubblewrap":
+            return ("bubblewrap" if usable else None), why
+    if sys.platform.startswith("linux") and os.geteuid() == 0:
+        return "user", why
+    return None, f"{why}; running as an unprivileged user needs root"
+
+
+def next_uid() -> int:
+    with _uid_lock:
+        return next(_uids)
+
+
+def readable_as(uid: int, paths) -> List[str]:
+    """Which of ``paths`` a process of ``uid`` can read (a file's bytes, a folder's listing), asked of
+    the kernel by a shell that dropped to that uid (``access(2)``: permissions, ACLs and every parent
+    folder count). A shell, not Python: the grader's interpreter may live where that uid cannot go."""
+    probe = 'for p do [ -r "$p" ] && { [ ! -d "$p" ] || [ -x "$p" ]; } && printf "%s\\n" "$p"; done; exit 0'
+    paths = [str(p) for p in paths if os.path.lexists(p)]
+    r = subprocess.run(["/bin/sh", "-c", probe, "sh", *paths], capture_output=True, text=True, timeout=60,
+                       preexec_fn=_drop_to(uid), cwd="/", env={"PATH": "/usr/bin:/bin"})
+    if r.returncode != 0:
+        raise OSError(f"could not try the files as uid {uid}: {r.stderr.strip()[-300:]}")
+    return [line for line in r.stdout.splitlines() if line]
+
+
+def _drop_to(uid: int, then=None):
+    def preexec():
+        if then is not None:
+            then()                      # the cgroups and limits first: joining a cgroup needs root
+        # RLIMIT_NPROC counts the processes of the real uid: this kernel's alone, so a fork bomb stops here.
+        resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    return preexec
+
+
+def _kill_uid(uid: int) -> None:
+    """Kill every process of ``uid`` (a daemon that left the session too): the uid is this kernel's alone."""
+    for _ in range(3):                  # a fork between the listing and the kill is caught next round
+        pids = []
+        for entry in os.scandir("/proc"):
+            try:
+                if entry.name.isdigit() and entry.stat().st_uid == uid:
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
 
 
 def _python_roots() -> List[str]:
@@ -389,11 +473,12 @@ class SandboxedKernel:
 
     def __init__(self, library: Path, limits: Limits, seed: int = 0, start_method: Optional[str] = None):
         self.seed = seed
-        usable, _ = sandbox_status()
+        kind, _ = sandbox_kind()
+        usable = kind == "bubblewrap"
         to_kernel_r, to_kernel_w = os.pipe()
         from_kernel_r, from_kernel_w = os.pipe()
         out_r, out_w = os.pipe()
-        self.scratch = None
+        self.scratch, self.uid = None, None
         kernel = [sys.executable, "-m", "course_lib.grading.kernel", str(to_kernel_r), str(from_kernel_w)]
         if usable:
             env = _kernel_env(seed, start_method, "/opt/course", "/home/student")
@@ -405,14 +490,19 @@ class SandboxedKernel:
         else:
             _become_subreaper()
             self.scratch = tempfile.mkdtemp(prefix="course_grade_home_")
+            if kind == "user":
+                self.uid = next_uid()
+                os.chown(self.scratch, self.uid, self.uid)
             cmd, cwd = kernel, self.scratch
-            popen_env = dict(os.environ, **_kernel_env(seed, start_method, str(library), self.scratch))
+            # Only the kernel's own variables: the grader's environment may hold what students must not see.
+            base = {k: os.environ[k] for k in ("PATH", "LANG", "TZ") if k in os.environ} if self.uid else os.environ
+            popen_env = dict(base, **_kernel_env(seed, start_method, str(library), self.scratch))
         self.cgroup = _SandboxCgroups()
         self.cpu_budget = limits.cpu_time or limits.total_timeout
+        limit = _limit_resources(limits.memory_mb, self.cpu_budget, self.cgroup.procs_files())
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, cwd=cwd,
                                      env=popen_env, pass_fds=(to_kernel_r, from_kernel_w), start_new_session=True,
-                                     preexec_fn=_limit_resources(limits.memory_mb, self.cpu_budget,
-                                                                 self.cgroup.procs_files()))
+                                     preexec_fn=limit if self.uid is None else _drop_to(self.uid, limit))
         self.started = time.time()
         if not usable:
             _LIVE_KERNELS.add(self.proc.pid)
@@ -496,6 +586,8 @@ class SandboxedKernel:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover
             pass
+        if self.uid is not None:
+            _kill_uid(self.uid)
         if not self.sandboxed:
             _LIVE_KERNELS.discard(self.proc.pid)
             _kill_orphans(self.started)

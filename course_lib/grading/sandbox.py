@@ -183,6 +183,7 @@ def _drop_to(uid: int, then=None):
             then()                      # the cgroups and limits first: joining a cgroup needs root
         # RLIMIT_NPROC counts the processes of the real uid: this kernel's alone, so a fork bomb stops here.
         resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
+        os.umask(0o077)                 # what it writes to the shared /tmp and /dev/shm is its own
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)

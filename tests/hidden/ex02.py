@@ -97,7 +97,7 @@ def one_worker_and_large_p(ns):
 def other_hosts_windows_and_dtypes(ns):
     fn = ns["switch_loop"]
     more = {"finish": "the run does not finish: send each chunk's sum down as soon as every host's copy of it is in",
-            "traffic": "does not send each host every chunk's sum exactly once"}
+            "traffic": "does not send each host every chunk's sum exactly once, in the chunks' own dtype"}
     within = named("wrong with other host counts, windows or dtypes, or a last chunk that is not full", **more)
     assert_switch(fn, 5, 33, np.float32, 16, 1, seed=17, within=within)    # stop-and-wait: 9 chunks, the last of 1
     assert_switch(fn, 4, 64, np.int64, 32, 3, seed=18, within=within)      # 16 chunks, three in flight

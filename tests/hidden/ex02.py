@@ -50,7 +50,7 @@ def other_sizes(ns):
     traffic = ("sends other than one message per round, or other than every block it holds so far (concatenated "
                "into one array)")
     assert_rd_allgather(ns["rd_allgather"], 2, (2, 2), dtype=np.float32, seed=14,
-                        within=named("wrong for blocks of more than one dimension, or float32 blocks",
+                        within=named("wrong for blocks of more than one dimension, or of another dtype",
                                      traffic=traffic))
     assert_rd_allgather(ns["rd_allgather"], 8, (5,), dtype=np.int32, seed=15,
                         within=named("wrong for more workers (more rounds), or integer blocks", traffic=traffic))

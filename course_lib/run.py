@@ -57,18 +57,35 @@ def run_local(module, n_workers: int, start_method=None) -> dict:
 
 
 def run_mpi(module):
+    """Run ``module.main`` on ``COMM_WORLD``. A rank that raises prints its error and aborts the job:
+    MPI has no other way to free the ranks waiting for it (they would wait in their receive or
+    collective until ``mpiexec`` is killed), and ``Abort`` also ends every rank at once."""
     from .runtime.mpi_backend import MPIComm, _mpi
 
     world = _mpi().COMM_WORLD
-    graph = getattr(module, "graph", None)
-    graph = graph(world.Get_size()) if callable(graph) else None
-    comm = MPIComm(world, graph=graph)
-    result = module.main(comm)
-    results = world.gather(result, root=0)
-    rows = world.gather(comm.stats.bytes[comm.rank], root=0)
-    if comm.rank != 0:
+    try:
+        graph = getattr(module, "graph", None)
+        graph = graph(world.Get_size()) if callable(graph) else None
+        comm = MPIComm(world, graph=graph)
+        result = module.main(comm)
+        results = world.gather(result, root=0)
+        rows = world.gather(comm.stats.bytes[comm.rank], root=0)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt must end the job too
+        _abort(world, exc)
+    if world.Get_rank() != 0:
         return None
-    return {"backend": "mpi", "size": comm.size, "results": results, "bytes": np.array(rows)}
+    return {"backend": "mpi", "size": world.Get_size(), "results": results, "bytes": np.array(rows)}
+
+
+def _abort(world, exc: BaseException) -> None:
+    import traceback
+
+    rank = world.Get_rank()
+    text = "".join(traceback.format_exception(exc))
+    sys.stderr.write(f"rank {rank} of {world.Get_size()} raised {type(exc).__name__}; aborting the job:\n{text}")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    world.Abort(1)
 
 
 def main(argv=None) -> int:

@@ -22,8 +22,9 @@ Rules this module enforces (each one prevents a real leak or crash):
   when it lets go of the array, so it never leaks. Ownership never moves between
   processes: that keeps one simple rule for who frees what.
 * Named semaphores that multiprocessing leaves in /dev/shm (``sem.mp-*``) when a kernel
-  and its resource tracker are killed together are swept too, but only those no living
-  process has mapped: :func:`sweep_semaphores`.
+  and its resource tracker are killed together, and the segments of MPICH jobs that crashed or
+  aborted (``mpich_shm_*``), are swept too, but only those no living process has mapped:
+  :func:`sweep_unmapped`.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ import numpy as np
 
 PREFIX = "course_"
 SEM_PREFIX = "sem.mp-"  # multiprocessing's named semaphores (SemLock names are "/mp-<random>")
+MPICH_PREFIX = "mpich_shm_"  # MPICH's shared-memory segment of a job on one node
 SHM_DIR = "/dev/shm"
 
 _owned: dict[str, shared_memory.SharedMemory] = {}  # segments this process created
@@ -341,19 +343,24 @@ def _mapped_shm_inodes() -> set[tuple[int, int]]:
     return found
 
 
-def sweep_semaphores(verbose: bool = False) -> list[str]:
-    """Unlink named semaphores that multiprocessing left behind, never one still in use.
+#: Files in /dev/shm that others leave behind when a process is killed, swept when no process maps them.
+#: ``sem.mp-*``: multiprocessing's named semaphores (locks and queues of spawn and forkserver
+#: contexts). ``mpich_shm_*``: MPICH's segment of a job on one node, left by a job that crashed or aborted.
+UNMAPPED_PREFIXES = (SEM_PREFIX, MPICH_PREFIX)
 
-    Locks and queues of a spawn/forkserver context are named semaphores, ``/dev/shm/sem.mp-*``
-    (under fork they are unlinked at once). Python's resource tracker unlinks them when their
-    creator dies, unless it is killed too (a kernel killed with its process group). Their
-    names carry no pid, so "in use" is read from /proc/*/maps: sem_open maps the file, and
-    every process that uses one has it mapped (a file is in use if its inode is). Only files of this user are considered
-    (multiprocessing creates them mode 0600: no other user can use them).
+
+def sweep_unmapped(verbose: bool = False) -> list[str]:
+    """Unlink multiprocessing's semaphores and MPICH's segments left behind, never one still in use.
+
+    Python's resource tracker unlinks a semaphore when its creator dies, unless it is killed too
+    (a kernel killed with its process group); MPICH unlinks its segment at ``MPI_Finalize``, which a
+    crashed or aborted job never reaches. Their names carry no pid, so "in use" is read from
+    /proc/*/maps: every process that uses one has it mapped (a file is in use if its inode is).
+    Only files of this user are considered (both are created mode 0600: no other user can use them).
     """
     if not os.path.isdir("/proc") or not os.path.isdir(SHM_DIR):
         return []
-    candidates = [n for n in os.listdir(SHM_DIR) if n.startswith(SEM_PREFIX)]
+    candidates = [n for n in os.listdir(SHM_DIR) if n.startswith(UNMAPPED_PREFIXES)]
     if not candidates:
         return []
     mapped = _mapped_shm_inodes()
@@ -369,7 +376,8 @@ def sweep_semaphores(verbose: bool = False) -> list[str]:
         except FileNotFoundError:
             pass
     if verbose:
-        print(f"removed {len(removed)} stale semaphore(s)" + (": " + ", ".join(removed) if removed else ""))
+        print(f"removed {len(removed)} stale semaphore(s) and MPI segment(s)"
+              + (": " + ", ".join(removed) if removed else ""))
     return removed
 
 
@@ -405,6 +413,6 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.sweep:
         sweep(verbose=True)
-        sweep_semaphores(verbose=True)
+        sweep_unmapped(verbose=True)
     else:
         print("\n".join(list_segments()) or "no course segments")

@@ -131,7 +131,8 @@ def ex03_1(ns):
     """Write ``apply_update(state, grad, computed_version, worker, time, step_size)``: compute the
     staleness (server version minus the version the gradient was computed on), update ``state.w``
     in place with step ``step_size(state.lr, staleness)``, bump ``state.version``, append a
-    ``Record(worker, computed_version, staleness, time, True, lr)``, return the staleness."""
+    ``Record(worker, computed_version, staleness, time, True, lr)``, return the staleness; ``grad``
+    stays unchanged."""
     fn = ns["apply_update"]
     calls = [([2.0, 0.0, -2.0], 5, 1, 0.25, "constant"),     # fresh: computed on the server's version 5
              ([1.0, 1.0, 1.0], 2, 3, 0.5, "tenth")]          # 4 versions old, step lr / 10
@@ -229,7 +230,8 @@ SMALL_W_EXACT = [0.55859375, -0.25, -0.09375, 2.0927734375, -1.0, 0.593017578125
 @question("ex03_3", points=3, title="The Hogwild! worker loop", names=("hogwild_worker",))
 def ex03_3(ns):
     """Write ``hogwild_worker(w, idx, val, y, order, lr)``: for each sample i in ``order``, one
-    SGD step on the shared vector ``w`` touching only ``w[idx[i]]``, no lock; return the count."""
+    SGD step on the shared vector ``w`` touching only ``w[idx[i]]``, no lock; return the count. ``idx``,
+    ``val``, ``y`` and ``order`` stay unchanged."""
     fn = ns["hogwild_worker"]
     assert_hogwild_support(fn, want=SMALL_W_EXACT, **SMALL)
     # 2 processes, 8000 updates on make_sparse_problem(2000, 1000, 5, seed=1); serial SGD reaches 0.01193

@@ -128,7 +128,7 @@ K33 = np.array([[0.25 if (i < 3) != (j < 3) or i == j else 0.0 for j in range(6)
 
 @question("ex04_2", points=2, title="The rate r = max(lambda_2, |lambda_n|)", names=("mixing_rate",))
 def ex04_2(ns):
-    """mixing_rate(W) returns r = max(lambda_2, |lambda_n|) for a symmetric mixing matrix W."""
+    """mixing_rate(W) returns r = max(lambda_2, |lambda_n|) for a symmetric mixing matrix W, leaving W unchanged."""
     fn = ns["mixing_rate"]
     check_rate(fn, ring_matrix(10), 0.8726779962499649, "ring of 10 (weights 1/3)")
     check_rate(fn, K33, 0.5, "complete bipartite graph K(3,3) (weights 1/4)",
@@ -215,7 +215,8 @@ def weighted_matrix(n, edges, rule):
 
 @question("ex04_3", points=3, title="One gossip step in the worker", names=("gossip_step",))
 def ex04_3(ns):
-    """gossip_step(comm, x, weights) sends x to every neighbour, receives theirs, returns sum_j W_ij x_j."""
+    """gossip_step(comm, x, weights) sends x to every neighbour, receives theirs, returns sum_j W_ij x_j as a
+    new array (x and weights stay unchanged)."""
     edges = [(i, (i + 1) % 6) for i in range(6)] + [(0, 3)]          # a ring of 6 with one chord
     W = weighted_matrix(6, edges, lambda i, j: 0.1 + 0.05 * ((i + j) % 3))
     check_gossip_step(ns["gossip_step"], 6, edges, W, steps=5, d=2, name="ring of 6 with a chord")

@@ -72,7 +72,8 @@ def assert_gate(fn, cases):
 
 @question("ex05_2", points=2, title="The bounded-delay gate", names=("may_read",))
 def ex05_2(ns):
-    """``may_read(t, clocks, tau)``: True iff ``min(clocks) >= t - tau`` (always True for tau = inf)."""
+    """``may_read(t, clocks, tau)``: True iff ``min(clocks) >= t - tau`` (always True for tau = inf), a bool;
+    ``clocks`` stays unchanged."""
     assert_gate(ns["may_read"], [(3, [3, 3, 3], 0, True), (3, [2, 3, 3], 0, False), (3, [2, 5, 3], 1, True),
                                  (4, [2, 5, 3], 1, False), (5, [2, 5, 3], 3, True), (6, [2, 5, 3], 3, False),
                                  (100, [0, 0], math.inf, True)])
@@ -104,7 +105,8 @@ def assert_filter(fn, keys, residual, theta, want_keys, want_values, want_kept):
 
 @question("ex05_3", points=2, title="The significantly-modified filter", names=("significantly_modified",))
 def ex05_3(ns):
-    """``significantly_modified(keys, residual, theta)`` -> ``(send_keys, send_values, kept)``."""
+    """``significantly_modified(keys, residual, theta)`` -> ``(send_keys, send_values, kept)``; ``keys`` and
+    ``residual`` stay unchanged."""
     fn = ns["significantly_modified"]
     assert_filter(fn, [2, 5, 7, 9], [0.5, -0.01, -0.3, 0.02], 0.1, [2, 7], [0.5, -0.3], [0.0, -0.01, 0.0, 0.02])
     assert_filter(fn, [1, 2, 3], [0.0, 0.0, 0.0], 0.0, [], [], [0.0, 0.0, 0.0])
@@ -142,7 +144,8 @@ def _short(segs, limit=200):
 
 @question("ex05_4", points=3, title="Merge vector clocks kept per key range", names=("merge_clocks",))
 def ex05_4(ns):
-    """``merge_clocks(a, b)``: two lists of segments ``(lo, hi, vec)`` covering the same ``[0, K)``."""
+    """``merge_clocks(a, b)``: two lists of segments ``(lo, hi, vec)`` covering the same ``[0, K)``, merged
+    into a new list; ``a`` and ``b`` stay unchanged."""
     fn = ns["merge_clocks"]
     assert_merge(fn, [(0, 10, [1, 0])], [(0, 10, [0, 2])], [(0, 10, [1, 2])])
     assert_merge(fn, [(0, 5, [1, 0]), (5, 10, [2, 0])], [(0, 3, [0, 4]), (3, 10, [0, 1])],

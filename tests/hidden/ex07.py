@@ -16,7 +16,7 @@ from course_lib.reference.ex07 import next_group, place_ranks, ring_allreduce_se
 
 #: Failures every kind of case shares, named by what they are (a phrase of the check's own message, and
 #: the property the student reads instead of the kind of case).
-SHARED = (("in place", "changes one of its arguments in place"),
+SHARED = (("changed its argument `", "changes one of its arguments in place"),
           ("should do this question's work itself", "calls a course library function that does this question's work"))
 
 
@@ -54,7 +54,8 @@ def other_rank_counts(ns):
         assert_bus_bandwidth(fn, np.int64(2 ** 30), np.float64(0.5), np.int64(16), 2 ** 31, 2 ** 31 * 30 / 16)
 
 
-@hidden_check("ex07_2", case="hosts of unequal sizes, more ranks than slots, no ranks, a host listed twice, hosts not sorted by name")
+@hidden_check("ex07_2", case="hosts of unequal sizes, more ranks than slots, no ranks, a host listed twice, "
+                              "hosts not sorted by name")
 def uneven_hosts_and_wrapping(ns):
     fn = ns["place_ranks"]
     for hosts, n, kind in [([("n1", 3), ("n2", 1), ("n3", 2)], 13,

@@ -17,7 +17,7 @@ from course_lib.reference.ex08 import assign_buckets, shard_range, update_scale,
 
 #: Failures every kind of case shares, named by what they are (a phrase of the check's own message, and
 #: the property the student reads instead of the kind of case).
-SHARED = (("in place", "changes one of its arguments in place"),
+SHARED = (("changed its argument `", "changes one of its arguments in place"),
           ("should do this question's work itself", "calls a course library function that does this question's work"))
 
 

@@ -119,6 +119,9 @@ def _segments(x, what):
     out = []
     for s in x:
         lo, hi, vec = as_sequence(s, 3, f"each segment of {what} (lo, hi, vec)", kinds=(tuple, list))
+        if not isinstance(vec, np.ndarray):
+            raise AssertionError(f"the vector of segment {shown(s, 40)} of {what} should be a numpy array (the "
+                                 f"range clock's lookups return it), got a {type(vec).__name__}.")
         vec = as_array(vec, f"the vector of segment {shown(s, 40)} of {what}", kinds="iuf")
         out.append((as_int(lo, f"lo of a segment of {what}"), as_int(hi, f"hi of a segment of {what}"),
                     [int(v) if float(v).is_integer() else float(v) for v in vec.ravel()]))
@@ -145,7 +148,7 @@ def _short(segs, limit=200):
 @question("ex05_4", points=3, title="Merge vector clocks kept per key range", names=("merge_clocks",))
 def ex05_4(ns):
     """``merge_clocks(a, b)``: two lists of segments ``(lo, hi, vec)`` covering the same ``[0, K)``, merged
-    into a new list; ``a`` and ``b`` stay unchanged."""
+    into a new list of ``(lo, hi, vec)`` with ``vec`` a numpy array; ``a`` and ``b`` stay unchanged."""
     fn = ns["merge_clocks"]
     assert_merge(fn, [(0, 10, [1, 0])], [(0, 10, [0, 2])], [(0, 10, [1, 2])])
     assert_merge(fn, [(0, 5, [1, 0]), (5, 10, [2, 0])], [(0, 3, [0, 4]), (3, 10, [0, 1])],

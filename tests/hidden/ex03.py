@@ -122,7 +122,7 @@ def other_sizes_and_a_round_without_the_slow_client(ns):
 
     fn = ns["fedavg"]
     rng = np.random.default_rng(35)
-    for n_models, d in ((4, 5), (2, 1), (6, 3)):
+    for n_models, d in ((4, 5), (2, 1), (6, 3), (1, 4)):                 # one client: still a new array
         models = rng.standard_normal((n_models, d)).tolist()
         sizes = rng.integers(1, 500, size=n_models).tolist()
         _, after, shared = run_average(fn, models, sizes)

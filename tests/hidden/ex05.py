@@ -115,6 +115,12 @@ def random_clocks(ns):
     with hidden_property("calls the library's helper that joins equal neighbouring segments: join them yourself"):
         refuse_helpers(fn, ([(lo, hi, np.array(v)) for lo, hi, v in pairs[0][0]],
                             [(lo, hi, np.array(v)) for lo, hi, v in pairs[0][1]]), HELPERS["ex05_4"], "merge_clocks")
+    with hidden_property("returns segments whose vectors are not numpy arrays"):
+        for a, b in pairs:
+            out = fn([(lo, hi, np.array(v)) for lo, hi, v in a], [(lo, hi, np.array(v)) for lo, hi, v in b])
+            segs = [seg for seg in (out if isinstance(out, (list, tuple)) else [])
+                    if isinstance(seg, (tuple, list)) and len(seg) == 3]
+            assert all(isinstance(seg[2], np.ndarray) for seg in segs), "a vector is not a numpy array"
     with hidden_property("wrong for clocks of several ranges with unaligned cuts: cut at every boundary of a and "
                          "of b, take the elementwise max on each piece, and join neighbours with equal vectors"):
         for a, b in pairs:

@@ -119,21 +119,44 @@ class HiddenFailure(AssertionError):
         return f"hidden check ({self.case}): {self.property}" if self.case else self.property
 
 
+#: Failures every kind of case shares, named by what they are whatever the block: (a phrase of the
+#: visible check's own message, the property the student reads).
+SHARED_FAILURES = (
+    ("changed its argument `", "changes one of its arguments in place"),
+    ("should do this question's work itself", "calls a course library function that does this question's work"),
+)
+
+
 class hidden_property:
     """``with hidden_property("wrong when the hosts are not sorted by name"):`` in a hidden check: an
     ``AssertionError`` raised in the block fails the check with that phrase as its property (the
-    block's own message, with the inputs in it, is kept as the ``detail``)."""
+    block's own message, with the inputs in it, is kept as the ``detail``).
 
-    def __init__(self, property: str):
-        self.property = property
+    Unless the message shows one of the :data:`SHARED_FAILURES` (an argument changed in place, a
+    library helper called): then that is the property. ``parts`` names which part of a check
+    failed: ``(phrase of the check's message, what to add)`` pairs, the first whose phrase is in
+    the message adds ``": <what>"`` to the property."""
+
+    def __init__(self, property: str, parts=()):
+        self.property, self.parts = property, tuple(parts)
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, exc, tb):
-        if kind is not None and issubclass(kind, AssertionError) and not isinstance(exc, HiddenFailure):
-            raise HiddenFailure(self.property, detail=str(exc)) from None
-        return False
+        if kind is None or not issubclass(kind, AssertionError) or isinstance(exc, HiddenFailure):
+            return False
+        text = str(exc)
+        shared = next((phrase for key, phrase in SHARED_FAILURES if key in text), None)
+        part = next((what for key, what in self.parts if key in text), None)
+        prop = shared or (f"{self.property}: {part}" if part else self.property)
+        raise HiddenFailure(prop, detail=text) from None
+
+
+def named_kinds(phrases: dict, otherwise: str):
+    """``within=`` for a visible assert run by a hidden check: an assertion of kind ``k`` fails with
+    the property ``phrases[k]`` ("changes its input in place"), any other kind with ``otherwise``."""
+    return lambda kind: hidden_property(phrases.get(kind, otherwise))
 
 
 def _hide_inputs(fn: Callable, case: str, qid: str) -> Callable:

@@ -12,6 +12,7 @@ sentence that says what was expected and what was got.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from fractions import Fraction
 from numbers import Integral, Real
 
@@ -22,6 +23,14 @@ from course_lib.grading.student import harness
 #: Key of the marker a harness returns in place of a value that cannot cross to the grader.
 NOT_PLAIN = "__not_plain__"
 SHOWN_CHARS = 80
+
+
+def unnamed(kind: str):
+    """The default ``within=`` of a visible assert: each kind of assertion ("helper", "collective",
+    "inputs", "result", "dtype", "traffic") runs as is, with its own rich message. The grader's
+    hidden checks pass :func:`course_lib.grading.registry.named_kinds` instead, which names the
+    property of the kind that failed and nothing of the inputs."""
+    return nullcontext()
 
 
 def readable(x):

@@ -6,7 +6,6 @@ ex01_3  reduce_update(partials, n_total, w, lr)   the reduce (sum, then 1/N) and
 ex01_4  comm_time(p, n_params, latency, bandwidth)  communication time per iteration from the model
 ex01_5  speedup_table(times)                      speedups read from measured time per iteration
 """
-from contextlib import nullcontext
 
 import numpy as np
 
@@ -21,16 +20,11 @@ from course_lib.questions import (
     readable,
     refuse_helpers,
     shown,
+    unnamed,
 )
 
 CHECK_TIMEOUT = 6.0  # seconds a check's cluster run may take (these runs take well under one)
 
-
-def plain(kind):
-    """What the checks below run each kind of assertion in (``within=``): nothing, here. The kinds
-    are "helper" (a library function doing the work), "inputs" (an argument changed) and "result";
-    the grader's own checks name the property of each kind when it fails."""
-    return nullcontext()
 
 
 #: Library functions that do (part of) a question's work: the checks refuse an answer that calls them.
@@ -43,7 +37,7 @@ HELPERS = {
 
 
 # ------------------------------------------------------------------------------ ex01_1
-def assert_full_gradient(fn, X, y, w, want, within=plain):
+def assert_full_gradient(fn, X, y, w, want, within=unnamed):
     X, y, w = (np.asarray(a, dtype=float) for a in (X, y, w))
     with within("helper"):
         refuse_helpers(fn, (X, y, w), HELPERS["ex01_1"], "full_gradient")
@@ -98,7 +92,7 @@ def run_map(fn, X, y, w, n_workers):
         return res, np.array(Xs.array), np.array(ys.array)
 
 
-def assert_map(fn, X, y, w, n_workers, want, within=plain):
+def assert_map(fn, X, y, w, n_workers, want, within=unnamed):
     """Rank r's partial sum must be ``want[r]``; the shared X and y must be left as they were."""
     X, y, w = (np.asarray(a, dtype=float) for a in (X, y, w))
     with within("helper"):
@@ -134,7 +128,7 @@ def ex01_2(ns):
 
 
 # ------------------------------------------------------------------------------ ex01_3
-def assert_reduce_update(fn, partials, n_total, w, lr, want, within=plain):
+def assert_reduce_update(fn, partials, n_total, w, lr, want, within=unnamed):
     partials = [np.asarray(p, dtype=float) for p in partials]
     w = np.asarray(w, dtype=float)
     with within("helper"):
@@ -171,7 +165,7 @@ def ex01_3(ns):
 
 
 # ------------------------------------------------------------------------------ ex01_4
-def assert_comm_time(fn, p, n_params, latency, bandwidth, want, within=plain):
+def assert_comm_time(fn, p, n_params, latency, bandwidth, want, within=unnamed):
     with within("helper"):
         refuse_helpers(fn, (p, n_params, latency, bandwidth), HELPERS["ex01_4"], "comm_time")
     with within("result"):
@@ -210,7 +204,7 @@ def ex01_4(ns):
 
 
 # ------------------------------------------------------------------------------ ex01_5
-def assert_speedup_table(fn, times, want, within=plain):
+def assert_speedup_table(fn, times, want, within=unnamed):
     times = {p: np.asarray(t, dtype=float) for p, t in times.items()}
     with within("inputs"):
         got = call_keeping_inputs(fn, (times,), ("times",))

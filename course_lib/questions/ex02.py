@@ -6,7 +6,6 @@ ex02_3  merge_stats(a, b)                merge two (count, mean, M2) summaries (
 ex02_4  ring_allreduce_time(p, n, alpha, beta, gamma)   the alpha-beta-gamma cost of ex02_1
 ex02_5  switch_loop(comm, hosts, n_chunks)  in-network aggregation: the switch adds chunks as they arrive
 """
-from contextlib import nullcontext
 
 import numpy as np
 
@@ -21,18 +20,13 @@ from course_lib.questions import (
     num,
     readable,
     shown,
+    unnamed,
     worst,
 )
 
 CHECK_TIMEOUT = 6.0     # seconds a check's cluster run may take
 DEADLOCK_TIMEOUT = 4.0  # a run that moves 800 kB on two workers takes well under a second
 
-
-def plain(kind):
-    """What the checks below run each kind of assertion in (``within=``): nothing, here. The kinds
-    are "collective" (a course collective called), "inputs" (an argument changed), "result",
-    "dtype" and "traffic" (messages and bytes); the grader's own checks name each kind's property."""
-    return nullcontext()
 
 
 def _collective_spy():
@@ -113,7 +107,7 @@ def rank_data(p, n, dtype, seed):
 
 
 # ------------------------------------------------------------------------------ ex02_1
-def assert_ring_allreduce(fn, p, n, dtype=np.float64, seed=0, timeout=CHECK_TIMEOUT, within=plain):
+def assert_ring_allreduce(fn, p, n, dtype=np.float64, seed=0, timeout=CHECK_TIMEOUT, within=unnamed):
     xs = rank_data(p, n, dtype, seed)
     res, after, total, msgs, _, used = run_collective(fn, xs, True, timeout)
     with within("collective"):
@@ -163,7 +157,7 @@ def ex02_1(ns):
 
 
 # ------------------------------------------------------------------------------ ex02_2
-def assert_rd_allgather(fn, p, shape, dtype=np.float64, seed=0, within=plain):
+def assert_rd_allgather(fn, p, shape, dtype=np.float64, seed=0, within=unnamed):
     rng = np.random.default_rng(seed)
     xs = [(rng.standard_normal(shape) * 10).astype(dtype) for _ in range(p)]
     res, after, _, msgs, sent, used = run_collective(fn, xs)
@@ -216,7 +210,7 @@ def summary(x):
     return x.shape[0], m, ((x - m) ** 2).sum(axis=0)
 
 
-def merged(fn, a, b, what, within=plain):
+def merged(fn, a, b, what, within=unnamed):
     with within("inputs"):
         out = call_keeping_inputs(fn, (a, b), ("a", "b"))
     with within("result"):
@@ -226,7 +220,7 @@ def merged(fn, a, b, what, within=plain):
                 as_array(m2, f"{what}M2", shape=d))
 
 
-def assert_merge(fn, parts, rtol=1e-9, what="", within=plain):
+def assert_merge(fn, parts, rtol=1e-9, what="", within=unnamed):
     """Merging the shards' summaries one by one must give the count, mean and variance of their union."""
     acc = summary(parts[0])
     for p in parts[1:]:
@@ -247,7 +241,7 @@ def _assert_union(parts, acc, rtol, what):
         "M2a + M2b + delta^2 na nb / n with delta = mean_b - mean_a: the spread between the shards' means counts too.")
 
 
-def assert_float32_merge(fn, big, parts, within=plain):
+def assert_float32_merge(fn, big, parts, within=unnamed):
     acc = summary(parts[0])
     for p in parts[1:]:
         acc = merged(fn, acc, summary(p), "float32 data: ", within)
@@ -342,7 +336,7 @@ def integer_vectors(p, n, dtype, seed):
     return [rng.integers(-99, 100, n).astype(dtype) for _ in range(p)]
 
 
-def assert_switch(fn, p, n, dtype, chunk_bytes, slots, seed, switch=None, within=plain):
+def assert_switch(fn, p, n, dtype, chunk_bytes, slots, seed, switch=None, within=unnamed):
     """``switch``: the switch's rank (default p, after the hosts); the hosts are the other ranks."""
     xs = integer_vectors(p, n, dtype, seed)
     itemsize = np.dtype(dtype).itemsize

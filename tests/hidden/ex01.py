@@ -2,7 +2,7 @@
 import numpy as np
 
 from course_lib.grading import hidden_check
-from course_lib.grading.registry import hidden_property
+from course_lib.grading.registry import named_kinds
 from course_lib.mapreduce import make_least_squares
 from course_lib.questions.ex01 import (
     assert_comm_time,
@@ -16,10 +16,9 @@ from course_lib.reference.ex01 import comm_time, full_gradient, map_gradient, re
 
 
 def named(result, inputs="changes its input arrays in place (compute into new arrays)"):
-    """``within=`` of a visible assert: each kind of assertion fails with its own property."""
-    phrases = {"helper": "calls a course-library function that does this question's work (write it yourself)",
-               "inputs": inputs, "result": result}
-    return lambda kind: hidden_property(phrases.get(kind, result))
+    """``within=`` of a visible assert: this lesson's phrase for each kind of assertion."""
+    return named_kinds({"helper": "calls a course-library function that does this question's work (write it "
+                                  "yourself)", "inputs": inputs}, otherwise=result)
 
 
 def data(n, d, seed):

@@ -2,7 +2,7 @@
 import numpy as np
 
 from course_lib.grading import hidden_check
-from course_lib.grading.registry import hidden_property
+from course_lib.grading.registry import hidden_property, named_kinds
 from course_lib.questions.ex02 import (
     DEADLOCK_TIMEOUT,
     assert_float32_merge,
@@ -18,12 +18,10 @@ from course_lib.reference.ex02 import ring_allreduce_time
 
 
 def named(result, **more):
-    """``within=`` of a visible assert: each kind of assertion fails with its own property."""
-    phrases = {"collective": "calls the course's own collectives (build it from send, recv and sendrecv)",
-               "inputs": "changes its input in place (compute into new arrays)",
-               "dtype": "returns an array of another dtype than its input's",
-               "result": result, **more}
-    return lambda kind: hidden_property(phrases.get(kind, result))
+    """``within=`` of a visible assert: this lesson's phrase for each kind of assertion."""
+    return named_kinds({"collective": "calls the course's own collectives (build it from send, recv and sendrecv)",
+                        "inputs": "changes its input in place (compute into new arrays)",
+                        "dtype": "returns an array of another dtype than its input's", **more}, otherwise=result)
 
 
 @hidden_check("ex02_1", case="n not a multiple of p, n < p, integer and float32 dtypes, one worker")

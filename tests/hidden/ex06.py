@@ -3,7 +3,7 @@ in-graph replicas on 1, 2 and 4 workers)."""
 import numpy as np
 
 from course_lib.grading import hidden_check
-from course_lib.grading.registry import HiddenFailure, hidden_property
+from course_lib.grading.registry import hidden_property
 from course_lib.model_parallel import backward, forward, init_mlp, make_data
 from course_lib.questions.ex06 import (
     check_column_forward,
@@ -16,32 +16,6 @@ from course_lib.questions.ex06 import (
 )
 from course_lib.reference.ex06 import measured_bubble, predicted_bubble
 from course_lib.runtime.trace import Event, Timeline
-
-#: Failures every kind of case shares, named by what they are (a phrase of the check's own message, and
-#: the property the student reads instead of the kind of case).
-SHARED = (("changed its argument `", "changes one of its arguments in place"),
-          ("should do this question's work itself", "calls a course library function that does this question's work"))
-
-
-class failing(hidden_property):
-    """``hidden_property(phrase)``, unless the check's message shows one of the shared failures
-    (an argument changed in place, a library helper called) or a part named in ``parts``
-    (``(phrase of the message, what to add to the property)``): then the property says so."""
-
-    def __init__(self, property, parts=()):
-        super().__init__(property)
-        self.parts = parts
-
-    def __exit__(self, kind, exc, tb):
-        if kind is not None and issubclass(kind, AssertionError) and not isinstance(exc, HiddenFailure):
-            text = str(exc)
-            for key, phrase in SHARED:
-                if key in text:
-                    raise HiddenFailure(phrase, detail=text) from None
-            for key, what in self.parts:
-                if key in text:
-                    raise HiddenFailure(f"{self.property}: {what}", detail=text) from None
-        return super().__exit__(kind, exc, tb)
 
 
 def network(d_hidden, seed=0, d_in=5, d_out=3, batch=6):
@@ -60,25 +34,27 @@ TP_PARTS = (("bytes", "the bytes the workers send"), ("yours sent nothing", "the
 @hidden_check("ex06_1", case="other worker counts, hidden width not a multiple of p")
 def more_workers(ns):
     f = ns["column_parallel_forward"]
-    with failing("wrong for a single worker", TP_PARTS):
+    with hidden_property("wrong for a single worker", TP_PARTS):
         params, X, _, cache = network(7, seed=1)
         check_column_forward(f, 1, True, params, X, cache["A"])
     # 10 over 4: 3, 3, 2, 2; a batch of 8, so the activations and the weights (with the biases) differ in size
     params, X, _, cache = network(10, seed=4, batch=8)
-    with failing("wrong without gather when the hidden width is not a multiple of the number of workers", TP_PARTS):
+    with hidden_property("wrong without gather when the hidden width is not a multiple of the number of workers",
+                         TP_PARTS):
         check_column_forward(f, 4, False, params, X, cache["A"])
-    with failing("wrong with gather when the hidden width is not a multiple of the number of workers", TP_PARTS):
+    with hidden_property("wrong with gather when the hidden width is not a multiple of the number of workers",
+                         TP_PARTS):
         check_column_forward(f, 4, True, params, X, cache["A"])
 
 
 @hidden_check("ex06_2", case="other worker counts, hidden width not a multiple of p")
 def more_workers_forward(ns):
     f = ns["row_parallel_forward"]
-    with failing("wrong for a single worker", TP_PARTS):
+    with hidden_property("wrong for a single worker", TP_PARTS):
         params, X, _, cache = network(7, seed=11)
         check_row_forward(f, 1, params, cache["A"], cache["Y"])
     for p, d_hidden in ((2, 7), (4, 10)):
-        with failing("wrong when the hidden width is not a multiple of the number of workers", TP_PARTS):
+        with hidden_property("wrong when the hidden width is not a multiple of the number of workers", TP_PARTS):
             params, X, _, cache = network(d_hidden, seed=10 + p)
             check_row_forward(f, p, params, cache["A"], cache["Y"])
 
@@ -87,7 +63,7 @@ def more_workers_forward(ns):
 def more_workers_backward(ns):
     f = ns["row_parallel_backward"]
     for p, d_hidden in ((2, 7), (4, 10)):
-        with failing("wrong when the hidden width is not a multiple of the number of workers", TP_PARTS):
+        with hidden_property("wrong when the hidden width is not a multiple of the number of workers", TP_PARTS):
             params, X, T, cache = network(d_hidden, seed=20 + p)
             g = backward(params, cache, T)
             dY = (cache["Y"] - T) / X.shape[0]
@@ -97,25 +73,25 @@ def more_workers_backward(ns):
 @hidden_check("ex06_4", case="other stage and micro-batch counts, one stage, one micro-batch")
 def more_shapes(ns):
     f = ns["predicted_bubble"]
-    with failing("wrong for a pipeline of a single stage"):
+    with hidden_property("wrong for a pipeline of a single stage"):
         check_predicted(f, [(1, m, predicted_bubble(1, m)) for m in (1, 3, 16, 64)])
-    with failing("wrong for a single micro-batch"):
+    with hidden_property("wrong for a single micro-batch"):
         check_predicted(f, [(p, 1, predicted_bubble(p, 1)) for p in (2, 5, 8)])
-    with failing("wrong for other numbers of stages and micro-batches"):
+    with hidden_property("wrong for other numbers of stages and micro-batches"):
         check_predicted(f, [(p, m, predicted_bubble(p, m)) for p in (2, 5, 8) for m in (3, 16, 64)])
 
 
 @hidden_check("ex06_5", case="a longer pipeline, timelines not starting at zero, a real pipeline run")
 def offsets_and_a_longer_pipeline(ns):
     f = ns["measured_bubble"]
-    with failing("wrong on the ideal timeline of a longer pipeline"):
+    with hidden_property("wrong on the ideal timeline of a longer pipeline"):
         check_measured(f, 4, 8, predicted_bubble(4, 8))
-    with failing("wrong when the first compute event does not start at time zero"):
+    with hidden_property("wrong when the first compute event does not start at time zero"):
         check_measured(f, 4, 8, predicted_bubble(4, 8), offset=2.5)
-    with failing("wrong for a single micro-batch when the first compute event does not start at time zero"):
+    with hidden_property("wrong for a single micro-batch when the first compute event does not start at time zero"):
         check_measured(f, 2, 1, predicted_bubble(2, 1), offset=0.7)
     # the same real timeline the student's function was given, judged by the reference: exact, whatever the load
-    with failing("not the idle fraction of the compute events of a real pipeline run"):
+    with hidden_property("not the idle fraction of the compute events of a real pipeline run"):
         got, events = check_measured_real(f, 4, 6, predicted_bubble(4, 6))
         want = measured_bubble(Timeline(Event(*e) for e in events), 4)
         assert abs(got - want) <= 1e-9, (
@@ -142,7 +118,7 @@ def other_replica_counts_and_uneven_shards(ns):
     uneven = "wrong when the batch size is not a multiple of the number of replicas"
     for p, batch, d_hidden, kind in ((2, 5, 4, uneven), (4, 10, 6, uneven),
                                      (1, 3, 2, "wrong for a single replica")):     # shards 3+2, 3+3+2+2, one replica
-        with failing(kind, GRAPH_PARTS):
+        with hidden_property(kind, GRAPH_PARTS):
             params, X, T, cache = network(d_hidden, seed=30 + p, d_in=3, d_out=2, batch=batch)
             g = backward(params, cache, T)
             grad = np.concatenate([g[k].ravel() for k in ("W1", "b1", "W2", "b2")])

@@ -3,7 +3,7 @@ import numpy as np
 
 from course_lib import hardware
 from course_lib.grading import hidden_check
-from course_lib.grading.registry import HiddenFailure, hidden_property
+from course_lib.grading.registry import hidden_property
 from course_lib.questions.ex07 import (
     assert_bus_bandwidth,
     assert_gang_run,
@@ -14,43 +14,16 @@ from course_lib.questions.ex07 import (
 )
 from course_lib.reference.ex07 import next_group, place_ranks, ring_allreduce_seconds
 
-#: Failures every kind of case shares, named by what they are (a phrase of the check's own message, and
-#: the property the student reads instead of the kind of case).
-SHARED = (("changed its argument `", "changes one of its arguments in place"),
-          ("should do this question's work itself", "calls a course library function that does this question's work"))
-
-
-class failing(hidden_property):
-    """``hidden_property(phrase)``, unless the check's message shows one of the shared failures
-    (an argument changed in place, a library helper called) or a part named in ``parts``
-    (``(phrase of the message, what to add to the property)``): then the property says so."""
-
-    def __init__(self, property, parts=()):
-        super().__init__(property)
-        self.parts = parts
-
-    def __exit__(self, kind, exc, tb):
-        if kind is not None and issubclass(kind, AssertionError) and not isinstance(exc, HiddenFailure):
-            text = str(exc)
-            for key, phrase in SHARED:
-                if key in text:
-                    raise HiddenFailure(phrase, detail=text) from None
-            for key, what in self.parts:
-                if key in text:
-                    raise HiddenFailure(f"{self.property}: {what}", detail=text) from None
-        return super().__exit__(kind, exc, tb)
-
-
 
 @hidden_check("ex07_1", case="other rank counts, one rank, numpy scalars")
 def other_rank_counts(ns):
     fn = ns["bus_bandwidth"]
-    with failing("wrong for a single rank, which sends nothing"):
+    with hidden_property("wrong for a single rank, which sends nothing"):
         assert_bus_bandwidth(fn, 1000, 1e-3, 1, 1e6, 0.0)
-    with failing("wrong for other numbers of ranks"):
+    with hidden_property("wrong for other numbers of ranks"):
         assert_bus_bandwidth(fn, 3 * 2 ** 20, 0.25, 3, 12582912.0, 12582912.0 * 4 / 3)
         assert_bus_bandwidth(fn, 512, 7e-6, 64, 512 / 7e-6, 512 / 7e-6 * 126 / 64)
-    with failing("wrong when the arguments are numpy scalars"):
+    with hidden_property("wrong when the arguments are numpy scalars"):
         assert_bus_bandwidth(fn, np.int64(2 ** 30), np.float64(0.5), np.int64(16), 2 ** 31, 2 ** 31 * 30 / 16)
 
 
@@ -66,11 +39,11 @@ def uneven_hosts_and_wrapping(ns):
                            ([("a", 1), ("b", 1)], 0, "wrong when there are no ranks to place"),
                            ([("a", 1), ("b", 2), ("a", 2)], 7,
                             "wrong when a host is listed twice (its local ranks count all its ranks)")]:
-        with failing(kind):
+        with hidden_property(kind):
             assert_placement(fn, hosts, n, place_ranks(hosts, n))
     # the host file's order, not the names' order: mpiexec fills the hosts as listed
     for hosts, n in [([("zeta", 2), ("alpha", 1), ("mid", 3)], 9), ([("node10", 1), ("node9", 2)], 4)]:
-        with failing("fails when the host list is not sorted by name (fill hosts in the order given)"):
+        with hidden_property("fails when the host list is not sorted by name (fill hosts in the order given)"):
             assert_placement(fn, hosts, n, place_ranks(hosts, n))
 
 
@@ -79,11 +52,11 @@ def every_link_of_the_table(ns):
     fn = ns["ring_allreduce_seconds"]
     for link in hardware.links():
         rate_gbit = link.bandwidth_Bps * 8 / 1e9
-        with failing("wrong for the links of the hardware table (their latencies and line rates)"):
+        with hidden_property("wrong for the links of the hardware table (their latencies and line rates)"):
             for nbytes, p in [(4096, 2), (25e6, 16), (1e9, 3)]:
                 assert_ring_seconds(fn, nbytes, p, link.latency_s, rate_gbit,
                                     ring_allreduce_seconds(nbytes, p, link.latency_s, rate_gbit))
-    with failing("wrong for a single rank, which has nothing to send"):
+    with hidden_property("wrong for a single rank, which has nothing to send"):
         assert_ring_seconds(fn, 1e6, 1, 1e-6, 10, 0.0)
 
 
@@ -119,11 +92,11 @@ def every_state_and_three_real_jobs(ns):
             want = next_group(current, finished, n_groups)
             kinds[state_kind(current, finished, want)].setdefault(n_groups, []).append((current, finished, want))
     for kind, per_count in kinds.items():
-        with failing(kind):
+        with hidden_property(kind):
             for n_groups, cases in per_count.items():
                 assert_next_groups(fn, n_groups, cases)
     # three real jobs finishing at different times: each one's slices go to those still running
-    with failing("wrong in a real run of jobs that finish at different times",
+    with hidden_property("wrong in a real run of jobs that finish at different times",
                  (("was over, yet your rule gave it slices", "a finished job still gets time slices"),
                   ("ran at the same time", "two jobs run at the same time"),
                   ("never resumed", "some job is never resumed"),

@@ -2,7 +2,7 @@
 import numpy as np
 
 from course_lib.grading import hidden_check
-from course_lib.grading.registry import HiddenFailure, hidden_property
+from course_lib.grading.registry import hidden_property
 from course_lib.questions.ex08 import (
     assert_buckets,
     assert_overlapped_run,
@@ -14,34 +14,6 @@ from course_lib.questions.ex08 import (
     run_scaled_training,
 )
 from course_lib.reference.ex08 import assign_buckets, shard_range, update_scale, zero_bytes_per_param
-
-#: Failures every kind of case shares, named by what they are (a phrase of the check's own message, and
-#: the property the student reads instead of the kind of case).
-SHARED = (("changed its argument `", "changes one of its arguments in place"),
-          ("should do this question's work itself", "calls a course library function that does this question's work"))
-
-
-class failing(hidden_property):
-    """``hidden_property(phrase)``, unless the check's message shows one of the shared failures
-    (an argument changed in place, a library helper called) or a part named in ``parts``
-    (``(phrase of the message, what to add to the property)``): then the property says so."""
-
-    def __init__(self, property, parts=()):
-        super().__init__(property)
-        self.parts = parts
-
-    def __exit__(self, kind, exc, tb):
-        if kind is not None and issubclass(kind, AssertionError) and not isinstance(exc, HiddenFailure):
-            text = str(exc)
-            for key, phrase in SHARED:
-                if key in text:
-                    raise HiddenFailure(phrase, detail=text) from None
-            for key, what in self.parts:
-                if key in text:
-                    raise HiddenFailure(f"{self.property}: {what}", detail=text) from None
-        return super().__exit__(kind, exc, tb)
-
-
 
 #: What part of ex08_1's check failed, read from its message.
 BUCKET_PARTS = (("LAST parameter's gradient first", "the first bucket must start from the last parameter"),
@@ -61,21 +33,21 @@ def other_sizes_and_caps(ns):
             ("wrong when some parameters have no bytes", [([4, 0, 4, 0, 4, 0], 4)]),
             ("wrong when a bucket fills exactly to the cap", [([3, 5, 2], 7), ([7] * 9, 21)]),
             ("wrong for many parameters", [(list(range(1, 40)), 50)])]:
-        with failing(kind, BUCKET_PARTS):
+        with hidden_property(kind, BUCKET_PARTS):
             for sizes, cap in cases:
                 assert_buckets(fn, sizes, cap, assign_buckets(sizes, cap))
     rng = np.random.default_rng(8)
-    with failing("wrong for random sizes and caps", BUCKET_PARTS):
+    with hidden_property("wrong for random sizes and caps", BUCKET_PARTS):
         for _ in range(200):
             sizes = [int(n) for n in rng.integers(0, 60, size=rng.integers(1, 25))]
             cap = int(rng.integers(1, 150))
             assert_buckets(fn, sizes, cap, assign_buckets(sizes, cap))
-    with failing("wrong when there are no parameters", BUCKET_PARTS):
+    with hidden_property("wrong when there are no parameters", BUCKET_PARTS):
         assert_buckets(fn, [], 10, [])
     # three workers, a deeper stack, a cap of two layers' weights
     widths = (5, 7, 7, 7, 2)
     sizes = [4 * n for a, b in zip(widths[:-1], widths[1:]) for n in (a * b, b)]
-    with failing("wrong in a real overlapped run of a deeper network on more workers",
+    with hidden_property("wrong in a real overlapped run of a deeper network on more workers",
                  (("expected buckets", "not the expected buckets"),
                   ("started the buckets' allreduces in the order", "the buckets' allreduces start out of order"),
                   ("full-batch gradient", "the gradient is not the full-batch one"),
@@ -99,21 +71,21 @@ def other_intervals_factors_and_a_real_run(ns):
             want = update_scale(scale, clean, bool(flag), interval, *(factors or ()))
             steps.append((bool(flag), want))
             scale, clean = want[0], want[1]
-        with failing(kind, (("skip_step should be", "whether the step is skipped"),
+        with hidden_property(kind, (("skip_step should be", "whether the step is skipped"),
                             ("the new scale should be", "the new scale"),
                             ("the clean-step count should become", "the clean-step count"))):
             assert_scaling_sequence(fn, interval, steps, start, factors)
     # the rule drives the scaler of a real 2-worker fp16 run: every skip halves the next step's scale
     out = run_scaled_training(fn, 40, 3)
     skips = [k for k, s in enumerate(out["skipped"]) if s]
-    with failing("in a real fp16 run the scale never grows until the gradients overflow"):
+    with hidden_property("in a real fp16 run the scale never grows until the gradients overflow"):
         assert skips, "with growth_interval 3 the scale should reach an overflow within 40 steps of a real run"
-    with failing("in a real fp16 run a skipped step does not halve the next step's scale"):
+    with hidden_property("in a real fp16 run a skipped step does not halve the next step's scale"):
         for k in skips[:-1] if skips[-1] == len(out["scales"]) - 1 else skips:
             assert out["scales"][k + 1] == out["scales"][k] / 2, (
                 f"in a real run step {k} was skipped, yet the next step used scale {out['scales'][k + 1]} "
                 f"instead of half of {out['scales'][k]}.")
-    with failing("a real fp16 run with this loss scaling does not train"):
+    with hidden_property("a real fp16 run with this loss scaling does not train"):
         assert np.all(np.isfinite(out["losses"])) and out["losses"][-1] < out["losses"][0], (
             "the real fp16 run with your loss scaling did not train (its loss did not fall).")
 
@@ -127,9 +99,9 @@ def uneven_empty_and_large(ns):
                        (0, 2, "wrong for an empty vector"),
                        (1000003, 8, "wrong for a large n that is not a multiple of the number of ranks"),
                        (1, 1, "wrong for a single rank")]:
-        with failing(kind):
+        with hidden_property(kind):
             assert_shard_ranges(fn, n, p, [shard_range(n, p, r) for r in range(p)])
-    with failing("does not match the chunks of a real reduce-scatter when n is not a multiple of p"):
+    with hidden_property("does not match the chunks of a real reduce-scatter when n is not a multiple of p"):
         assert_real_reduce_scatter(fn, 13, 4)
 
 
@@ -140,10 +112,10 @@ def four_workers_and_other_counts(ns):
                         (1, "wrong when only the optimizer states are sharded"),
                         (2, "wrong when the gradients are sharded too"),
                         (3, "wrong when the parameters are sharded too")]:
-        with failing(f"{kind}, for other worker counts"):
+        with hidden_property(f"{kind}, for other worker counts"):
             assert_zero_formula(fn, [(stage, n, zero_bytes_per_param(stage, n)) for n in (2, 3, 8, 64)])
-    with failing("wrong for a single worker"):
+    with hidden_property("wrong for a single worker"):
         assert_zero_formula(fn, [(s, 1, zero_bytes_per_param(s, 1)) for s in range(4)])
     # stages 0-3 on 4 real workers (every layer of the default widths splits evenly in 4)
-    with failing("does not match the bytes that real ZeRO workers hold, on more workers"):
+    with hidden_property("does not match the bytes that real ZeRO workers hold, on more workers"):
         assert_zero_run(fn, 4)

@@ -108,3 +108,25 @@ def semaphores_mapped_by(pid: int) -> list[str]:
         except FileNotFoundError:
             pass
     return sorted(names)
+
+
+#: The runtime's promise: a worker that raises, dies or hangs is reported within this many seconds.
+PROMISE_S = 2.0
+
+
+def timed(fn, *args, **kwargs) -> tuple[float, object]:
+    """(seconds, result) of one call."""
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return time.perf_counter() - t0, out
+
+
+def assert_within_promise(failure_s: float, baseline_s: float, what: str) -> None:
+    """A failure reported within :data:`PROMISE_S` of what the same work takes when nothing fails,
+    both measured in the calling test: on a loaded machine the honest run slows down too, so the
+    promise is about the failure path (how long the runtime takes to notice and say so), not about
+    the machine's speed."""
+    print(f"{what}: the failure after {failure_s:.2f} s, the same run without it {baseline_s:.2f} s")
+    assert failure_s <= baseline_s + PROMISE_S, (
+        f"{what}: reported after {failure_s:.2f} s, more than {PROMISE_S:g} s past the {baseline_s:.2f} s of the "
+        "same run without the failure")

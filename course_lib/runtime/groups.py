@@ -17,11 +17,28 @@ dest, source, ``Status.source``, PROC_NULL and self-sends included (see :mod:`p2
 """
 from __future__ import annotations
 
+import operator
 import zlib
+
+import numpy as np
 
 from .collective_api import CollectivesMixin
 from .constants import ANY_SOURCE, PROC_NULL, UNDEFINED
 from .p2p import PointToPoint, as_rank
+
+
+def _as_int(value, what: str) -> int:
+    """``value`` as a plain int, as mpi4py takes it (numpy integers too, through ``__index__``).
+
+    Floats are refused rather than truncated, and bools too: ``Split(rank > 2)`` is a mistake
+    for ``Split(int(rank > 2))`` more often than a meant colour, and numpy refuses them as sizes.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, got {value!r} ({type(value).__name__})") from None
 
 
 def _ctx(*parts) -> int:
@@ -33,7 +50,7 @@ class Group:
     """An ordered set of processes, named by world rank; ``rank`` is my position or UNDEFINED."""
 
     def __init__(self, members, me=None):
-        self.members = tuple(int(m) for m in members)
+        self.members = tuple(_as_int(m, "a group member") for m in members)
         if len(set(self.members)) != len(self.members):
             raise ValueError(f"a group lists each process once, got {self.members}")
         self._me = me
@@ -52,11 +69,18 @@ class Group:
     def Get_rank(self):
         return self.rank
 
+    def _position(self, rank, what: str) -> int:
+        """A rank of this group, checked (a negative one would silently count from the end)."""
+        rank = _as_int(rank, what)
+        if not 0 <= rank < self.size:
+            raise ValueError(f"{what} {rank} is not a rank of this group (0..{self.size - 1})")
+        return rank
+
     def Incl(self, ranks):
-        return Group([self.members[r] for r in ranks], self._me)
+        return Group([self.members[self._position(r, "Incl's rank")] for r in ranks], self._me)
 
     def Excl(self, ranks):
-        drop = set(ranks)
+        drop = {self._position(r, "Excl's rank") for r in ranks}
         return Group([m for i, m in enumerate(self.members) if i not in drop], self._me)
 
     @staticmethod
@@ -198,9 +222,11 @@ def _world_of(comm):
 
 def split(comm, color=0, key=0):
     """MPI_Comm_split: collective over ``comm``; costs one allgather of (color, key)."""
-    if color is not None and color != UNDEFINED and (isinstance(color, bool) or not isinstance(color, int)
-                                                     or color < 0):
-        raise ValueError(f"rank {comm.rank}: Split color must be an int >= 0 (or UNDEFINED), got {color!r}")
+    if color is not None:
+        color = _as_int(color, f"rank {comm.rank}: Split color")
+        if color < 0 and color != UNDEFINED:
+            raise ValueError(f"rank {comm.rank}: Split color must be >= 0 (or UNDEFINED), got {color}")
+    key = _as_int(key, f"rank {comm.rank}: Split key")
     comm._n_splits = getattr(comm, "_n_splits", 0) + 1
     pairs = comm.allgather((None if color == UNDEFINED else color, key))
     if color is None or color == UNDEFINED:

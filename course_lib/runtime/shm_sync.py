@@ -69,6 +69,7 @@ but they name every rank still running, not the one everybody waits for.)
 """
 from __future__ import annotations
 
+import operator
 import os
 import platform
 import time
@@ -112,6 +113,16 @@ class SyncTimeout(SyncError, TimeoutError):
     pass
 
 
+def _as_count(value, what: str) -> int:
+    """A plain int (numpy integers welcome); a float or a bool is a caller's mistake."""
+    if isinstance(value, bool):
+        raise TypeError(f"SpinBarrier {what} must be an int, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"SpinBarrier {what} must be an int, got {value!r}") from None
+
+
 def usable_cpus() -> int:
     """Cores this process may run on (its affinity mask where the OS has one)."""
     try:
@@ -145,6 +156,7 @@ class SpinBarrier:
     """
 
     def __init__(self, buffer, size: int, rank: int, timeout: float | None = DEFAULT_TIMEOUT_S):
+        size, rank = _as_count(size, "size"), _as_count(rank, "rank")
         if not 0 <= rank < size:
             raise ValueError(f"rank {rank} outside 0..{size - 1}")
         raw = memoryview(buffer).cast("B")

@@ -29,6 +29,7 @@ Rules this module enforces (each one prevents a real leak or crash):
 from __future__ import annotations
 
 import atexit
+import operator
 import os
 import secrets
 import sys
@@ -106,6 +107,37 @@ def _attach_untracked(name: str) -> shared_memory.SharedMemory:
             resource_tracker.register = register
 
 
+def _as_shape(shape) -> tuple[int, ...]:
+    """``shape`` as a tuple of non-negative ints, taken as numpy takes one.
+
+    One integer or a sequence of them; numpy integers count (``operator.index``), floats and
+    bools are refused with a TypeError (``int(2.5)`` would silently make a smaller array).
+    """
+    if _is_integer(shape):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise TypeError(f"a shape is an int or a sequence of ints, got {shape!r}") from None
+    for d in dims:
+        if not _is_integer(d):
+            raise TypeError(f"a shape holds ints, got {d!r} ({type(d).__name__}) in shape {shape!r}")
+    dims = tuple(operator.index(d) for d in dims)
+    if any(d < 0 for d in dims):
+        raise ValueError(f"a shape holds sizes >= 0, got {dims}")
+    return dims
+
+
+def _is_integer(value) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
 class SharedArray:
     """A numpy array living in a named shared-memory segment.
 
@@ -116,7 +148,7 @@ class SharedArray:
 
     def __init__(self, name: str, shape, dtype, _owner: bool = False):
         self.name = name
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = _as_shape(shape)
         self.dtype = np.dtype(dtype)
         self._owner = _owner
         self._array = None
@@ -128,11 +160,7 @@ class SharedArray:
     # -- creation -------------------------------------------------------------
     @classmethod
     def create(cls, shape, dtype=np.float64, fill=None) -> "SharedArray":
-        if isinstance(shape, int):
-            shape = (shape,)
-        shape = tuple(shape)
-        if any((not isinstance(s, (int, np.integer))) or s < 0 for s in shape):
-            raise ValueError(f"shape must be non-negative integers, got {shape!r}")
+        shape = _as_shape(shape)
         dtype = np.dtype(dtype)
         if dtype.subdtype is not None:  # np.dtype((float, 3)): its shape belongs to the array's
             dtype, shape = dtype.subdtype[0], shape + dtype.subdtype[1]

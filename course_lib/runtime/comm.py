@@ -22,6 +22,7 @@ of the rank that sends them. Sends to yourself never touch a Pipe and are not co
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import pickle
@@ -40,7 +41,7 @@ from .control import BarrierArrived, BarrierRelease, Progress
 from .groups import GroupMethods
 from .mpi4py_methods import MPI4PY_COMM_METHODS
 from .netem import Downlink, Network
-from .nonblocking import CANCEL_POLL_S, Cancelled, ProgressThread
+from .nonblocking import CANCEL_POLL_S, SEND_DRAIN_S, Cancelled, PeerSender, ProgressThread, QueuedSend, UnfinishedSends
 from .p2p import PointToPoint, Request, Status, as_rank
 from .shm_sync import usable_cpus
 from .trace import Stats, Tracer
@@ -60,25 +61,6 @@ class PeerLost(ConnectionError):
 
 class Deadlock(RuntimeError):
     """A receive that nothing could ever satisfy (e.g. from yourself, with nothing sent to yourself)."""
-
-
-class _SendThread:
-    """A send running in a background thread; ``wait()`` returns when the bytes are in the Pipe.
-
-    Internal (collectives use it; ``test()`` is a plain bool). User code gets a
-    :class:`p2p.Request` wrapping one.
-    """
-
-    def __init__(self, thread: threading.Thread, box: list):
-        self._thread, self._box = thread, box
-
-    def wait(self):
-        self._thread.join()
-        if self._box:
-            raise self._box[0]
-
-    def test(self) -> bool:
-        return not self._thread.is_alive()
 
 
 class _PostedRecv:
@@ -107,7 +89,8 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         self.rank, self.size = rank, size
         self._engine = self
         self._links = links
-        self._send_locks = {r: threading.Lock() for r in links}
+        self._send_locks = {r: threading.Lock() for r in links}  # held while one message is written
+        self._senders = {r: PeerSender(rank, r, functools.partial(self._write_queued, r)) for r in links}
         self._control = control
         self._dead: set[int] = set()
         self._selector = None
@@ -151,9 +134,17 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         return self._nb
 
     def _end_nonblocking(self) -> int:
-        """End of a run: stop the background thread; returns how many collectives it left unfinished."""
+        """End of a run: stop the background threads; returns how many collectives were left
+        unfinished. Raises :class:`UnfinishedSends` if queued sends were left unsent or failed
+        unseen, unless an exception is already being handled (the worker calls this after a
+        clean return and in its ``except`` block: the error that ended the run comes first)."""
         nb, self._nb = self._nb, None
-        return 0 if nb is None else nb.finish_run()
+        unfinished = 0 if nb is None else nb.finish_run()
+        failing = sys.exc_info()[1] is not None
+        problems = [p for sender in self._senders.values() for p in sender.finish(0.0 if failing else SEND_DRAIN_S)]
+        if problems and not failing:
+            raise UnfinishedSends(f"rank {self.rank}: " + "; ".join(problems) + ". wait() for every isend request")
+        return unfinished
 
     def _check_no_pending(self, what: str) -> None:
         if self._nb is not None:
@@ -304,6 +295,9 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         return stamp
 
     def _send(self, obj, dest: int, tag: int, context: int, sync_id: int | None = None) -> None:
+        if self._senders[dest].queue:  # isends to dest are still queued: go after them
+            self._isend(obj, dest, tag, context, sync_id).wait()
+            return
         with self._send_locks[dest]:
             self._write(obj, dest, tag, context, sync_id)
 
@@ -329,28 +323,18 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         if tracer.enabled:
             tracer.add("send", start, _now(), "", dest, payload)
 
-    def _isend(self, obj, dest: int, tag: int, context: int, sync_id: int | None = None) -> _SendThread:
-        """Send in a background thread. The send lock is taken *here*, before the thread
-        starts, so a later send to the same rank cannot overtake this one."""
-        box: list = []
-        lock = self._send_locks[dest]
-        lock.acquire()
+    def _isend(self, obj, dest: int, tag: int, context: int, sync_id: int | None = None) -> QueuedSend:
+        """Queue a message for ``dest``'s sender thread and return at once (nonblocking.py)."""
+        self._check_no_pending("a send")
+        return self._senders[dest].put(QueuedSend(obj, tag, context, sync_id))
 
-        def run():
-            try:
-                self._write(obj, dest, tag, context, sync_id)
-            except BaseException as exc:  # re-raised in wait()
-                box.append(exc)
-            finally:
-                lock.release()
-
-        thread = threading.Thread(target=run, daemon=True)
-        try:
-            thread.start()
-        except BaseException:
-            lock.release()
-            raise
-        return _SendThread(thread, box)
+    def _write_queued(self, dest: int, job: QueuedSend) -> None:
+        """Called by ``dest``'s sender thread for each queued message, in order."""
+        with self._send_locks[dest]:
+            if job.context == ACK_CONTEXT:
+                self._write_ack(dest, job.obj)
+            else:
+                self._write(job.obj, dest, job.tag, job.context, job.sync_id)
 
     def _send_to_self(self, obj, tag: int, context: int, sync_id: int | None) -> None:
         """Buffer a message to my own rank (MPI does): a copy, as if it had crossed a Pipe."""
@@ -369,13 +353,21 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         if msg.source == self.rank:
             self._acked.add(msg.sync_id)
             return
+        sender = self._senders[msg.source]
+        if sender.queue:  # behind queued sends, without waiting: the receiver must not block here
+            sender.put(QueuedSend(msg.sync_id, 0, ACK_CONTEXT))
+            return
         with self._send_locks[msg.source]:
-            try:
-                payload, header = wire.send(self._links[msg.source], self._run_id, ACK_CONTEXT, 0, msg.sync_id)
-            except (BrokenPipeError, ConnectionResetError, EOFError, OSError) as exc:
-                self._mark_dead(msg.source)
-                raise PeerLost(msg.source, "send") from exc
-        self._sent_header[msg.source] += payload + header
+            self._write_ack(msg.source, msg.sync_id)
+
+    def _write_ack(self, dest: int, sync_id: int) -> None:
+        """Write an acknowledgement (the caller holds ``dest``'s send lock): counted as header bytes."""
+        try:
+            payload, header = wire.send(self._links[dest], self._run_id, ACK_CONTEXT, 0, sync_id)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError) as exc:
+            self._mark_dead(dest)
+            raise PeerLost(dest, "send") from exc
+        self._sent_header[dest] += payload + header
 
     def _ack_arrived(self, sync_id: int, dest: int, block: bool) -> bool:
         """Has ``dest`` matched my synchronous send ``sync_id``? (``block``: wait until it has.)"""

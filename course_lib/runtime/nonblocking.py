@@ -1,14 +1,23 @@
-"""Non-blocking collectives: ``iallreduce`` progressing in a background thread.
+"""What runs in the background of a rank: queued sends and non-blocking collectives.
 
-MPI's ``MPI_Iallreduce`` returns at once with a request; the reduction goes on while the
-caller computes, and ``wait`` returns when it is done. PyTorch DDP relies on exactly this to
-overlap a bucket's allreduce with the rest of backward (Li et al., "PyTorch Distributed",
-VLDB 2020). An MPI library progresses such operations in its own calls or in a progress thread;
-NCCL on a separate CUDA stream. course_lib does as a progress thread would: every rank's engine
-has one background thread that runs the started collectives **one at a time, in the order they
-were started** (as a stream does), with the same algorithms, tags and byte counts as the
-blocking ones. Every rank must start its non-blocking collectives in the same order, as MPI
-requires.
+**Sends.** ``isend``/``issend`` never block the caller (as in mpi4py): each peer has a
+:class:`PeerSender`, a queue of messages and one thread that writes them into that peer's
+Pipe in the order they were queued, so order per (source, destination, tag) is kept. A
+Pipe holds about 200 KiB: two ranks that each isend more than that to the other before
+receiving would otherwise both block in the write. A blocking ``send`` to a peer whose queue
+is not empty joins the queue (it must not overtake the isends before it) and waits for its
+turn; otherwise it writes in the caller, with no thread in the way. The thread starts with
+the first queued message of a run and ends with the run (:meth:`PeerSender.finish`).
+
+**Collectives.** ``iallreduce`` progresses in a background thread. MPI's ``MPI_Iallreduce``
+returns at once with a request; the reduction goes on while the caller computes, and ``wait``
+returns when it is done. PyTorch DDP relies on exactly this to overlap a bucket's allreduce
+with the rest of backward (Li et al., "PyTorch Distributed", VLDB 2020). An MPI library
+progresses such operations in its own calls or in a progress thread; NCCL on a separate CUDA
+stream. course_lib does as a progress thread would: every rank's engine has one background
+thread that runs the started collectives **one at a time, in the order they were started** (as
+a stream does), with the same algorithms, tags and byte counts as the blocking ones. Every rank
+must start its non-blocking collectives in the same order, as MPI requires.
 
 What course_lib lacks: while a request is pending, the thread that started it may compute,
 start more ``iallreduce`` and ``test``/``wait``, but any other communication on that rank
@@ -19,6 +28,9 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Callable
 
 from .p2p import Request, _Operation
@@ -27,6 +39,115 @@ from .p2p import Request, _Operation
 CANCEL_POLL_S = 0.05
 
 
+#: Seconds a rank that returns waits for its queued sends to leave (its peers may still be
+#: receiving them); after that the unsent ones are reported as an error.
+SEND_DRAIN_S = 1.0
+
+
+# -- queued sends ---------------------------------------------------------------------------
+@dataclass(eq=False)
+class QueuedSend:
+    """One message in a peer's send queue. ``wait()`` returns once its bytes are in the Pipe and
+    raises what the write hit (``test()``: is it done?). ``context`` is the engine's
+    ``ACK_CONTEXT`` for the acknowledgement of a synchronous message."""
+
+    obj: object
+    tag: int
+    context: int
+    sync_id: int | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    waited: bool = False  # a failure nobody waited for is reported at the end of the run
+
+    def test(self) -> bool:
+        return self.done.is_set()
+
+    def wait(self) -> None:
+        self.done.wait()
+        self.waited = True
+        if self.error is not None:
+            raise self.error
+
+
+class UnfinishedSends(RuntimeError):
+    """A rank returned while messages it queued were unsent, or had failed with nobody waiting."""
+
+
+class PeerSender:
+    """The messages queued for one peer and the thread that writes them, in order.
+
+    ``write(job)`` puts one message in the Pipe (it takes the peer's send lock). ``queue`` is
+    not empty from the moment a message is queued until its bytes are written, so a blocking
+    send that finds it empty cannot overtake a queued one."""
+
+    def __init__(self, rank: int, dest: int, write: Callable[[QueuedSend], None]):
+        self.rank, self.dest, self._write = rank, dest, write
+        self.queue: deque[QueuedSend] = deque()
+        self._changed = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._failed: list[QueuedSend] = []
+
+    def put(self, job: QueuedSend) -> QueuedSend:
+        with self._changed:
+            self.queue.append(job)
+            if self._thread is None:
+                self._stopping = False
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name=f"rank{self.rank}-send-to-{self.dest}")
+                self._thread.start()
+            self._changed.notify_all()
+        return job
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                while not self.queue and not self._stopping:
+                    self._changed.wait()
+                if not self.queue:
+                    return
+                job = self.queue[0]
+            try:
+                self._write(job)
+            except BaseException as exc:  # noqa: BLE001  (raised by the request's wait())
+                job.error = exc
+                self._failed.append(job)
+                if hasattr(exc, "add_note"):
+                    exc.add_note(f"rank {self.rank}: isend to rank {self.dest} (tag {job.tag}) failed "
+                                 "in the background thread that writes it")
+            with self._changed:
+                self.queue.popleft()
+                self._changed.notify_all()
+            job.done.set()
+
+    def finish(self, grace: float) -> list[str]:
+        """End of a run: let the queue empty for up to ``grace`` seconds, stop the thread;
+        return what went wrong unseen (sends still unsent, failures nobody waited for)."""
+        deadline = time.monotonic() + grace
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+            while self.queue and (left := deadline - time.monotonic()) > 0:
+                self._changed.wait(left)
+            unsent = len(self.queue)
+        problems = []
+        if unsent:
+            # The thread is stuck in a write the peer never reads: the worker reports this
+            # error and exits, which ends the thread with the process.
+            problems.append(f"{unsent} isend(s) to rank {self.dest} still unsent {grace:g} s after the "
+                            f"function returned (rank {self.dest} never received them)")
+        elif self._thread is not None:
+            self._thread.join()
+        self._thread = None
+        for job in self._failed:
+            if not job.waited:
+                problems.append(f"isend to rank {self.dest} (tag {job.tag}) failed and nobody waited for "
+                                f"it: {type(job.error).__name__}: {job.error}")
+        self._failed = []
+        return problems
+
+
+# -- non-blocking collectives ----------------------------------------------------------------
 class PendingCollective(NotImplementedError):
     """Communication by the caller while its non-blocking collectives are still in progress."""
 

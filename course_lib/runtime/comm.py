@@ -339,7 +339,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
     def _send_to_self(self, obj, tag: int, context: int, sync_id: int | None) -> None:
         """Buffer a message to my own rank (MPI does): a copy, as if it had crossed a Pipe."""
         self._check_no_pending("a send")
-        body = pickle.dumps(obj, protocol=5)
+        body = wire.dumps(obj)
         msg = wire.Message(self._run_id, context, tag, 0.0, pickle.loads(body), len(body), len(body), sync_id,
                            _now())
         msg.source = self.rank

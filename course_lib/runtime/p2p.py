@@ -23,8 +23,8 @@ complete only once the receiver has matched the message.
 from __future__ import annotations
 
 import operator
-import pickle
 
+from . import wire
 from .constants import ANY_SOURCE, ANY_TAG, MAX_TAG, PROC_NULL, UNDEFINED
 
 
@@ -102,7 +102,7 @@ class Status:
     @property
     def count(self) -> int:
         if self._count is None:
-            self._count = len(pickle.dumps(self._counted_obj, protocol=5))
+            self._count = len(wire.dumps(self._counted_obj))
             self._counted_obj = None
         return self._count
 

@@ -5,6 +5,11 @@ frame carries its memory, and the receiver allocates an empty array and reads th
 straight into it (one copy, from the socket into the array).
 Any other object is pickled with protocol 5, so arrays *inside* it also travel as
 out-of-band raw frames rather than inside the pickle; a small object is a single frame.
+What plain pickle refuses (an instance of a class defined in ``__main__``, i.e. in a notebook
+cell or a script, which a worker knows only as cloudpickle rebuilt it; a lambda) is pickled
+by cloudpickle instead: its output is a plain pickle that ``pickle.loads`` reads (it calls
+cloudpickle's helpers to rebuild the class), so the receiver needs no flag, and the common
+path pays nothing (a ``try`` costs nothing until it raises).
 
 Header frame = fixed struct prefix ``(kind, run_id, context, tag, ready_at, n_buffers)``,
 then (synchronous sends only) the 8-byte id the receiver acknowledges, then ``n_buffers``
@@ -38,6 +43,7 @@ import sys
 import time
 from multiprocessing.connection import Connection
 
+import cloudpickle
 import numpy as np
 
 ARRAY, OBJECT = 0, 1
@@ -57,6 +63,19 @@ _SMALL_FRAME = 1 << 16  # larger frames are read into one preallocated buffer
 
 # The descriptor-level path needs POSIX read/write semantics on the Connection's handle.
 _FD_CONNECTION = Connection if sys.platform != "win32" else None
+
+
+def dumps(obj) -> bytes:
+    """The in-band protocol-5 pickle of ``obj``, by cloudpickle where plain pickle refuses it."""
+    try:
+        return pickle.dumps(obj, protocol=5)
+    except Exception:  # noqa: BLE001  (cloudpickle raises again what it cannot pickle either)
+        return _cloud_dumps(obj, None)
+
+
+def _cloud_dumps(obj, buffer_callback) -> bytes:
+    """The fallback: a class defined in ``__main__`` travels by value, a lambda too."""
+    return cloudpickle.dumps(obj, protocol=5, buffer_callback=buffer_callback)
 
 
 def _bytes_view(arr: np.ndarray) -> memoryview:
@@ -237,7 +256,11 @@ def send(conn, run_id: int, context: int, tag: int, obj, stamp=None, sync_id=Non
         _put(conn, header, (_bytes_view(arr),) if arr.nbytes else ())
         return arr.nbytes, len(header)
     buffers: list[pickle.PickleBuffer] = []
-    body = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    try:  # inlined dumps(): every small message would pay for the call
+        body = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    except Exception:  # noqa: BLE001  (cloudpickle raises again what it cannot pickle either)
+        buffers.clear()  # what the failed attempt collected
+        body = _cloud_dumps(obj, buffers.append)
     if not buffers:  # the common case: one frame (checks inlined: every small message pays for them)
         if len(body) > MAX_FRAME:
             _check_frame(len(body))

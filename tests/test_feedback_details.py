@@ -7,7 +7,7 @@ import numpy as np
 
 from course_lib.grading import run_question
 from course_lib.grading.registry import Question
-from course_lib.questions import as_number, shown
+from course_lib.questions import as_number, num, shown
 
 
 def test_an_array_is_named_with_its_dtype_and_shape():
@@ -16,6 +16,9 @@ def test_an_array_is_named_with_its_dtype_and_shape():
     assert shown(np.arange(100, dtype=np.int32)) == "ndarray int32 shape (100,): [0, 1, 2, 3, ...]"
     assert shown(np.array(["a", "b"])) == "ndarray <U1 shape (2,)"
     assert shown([np.array([1.0]), 2]) == "[[1], 2]"      # inside a list, the list is what is named
+    # before: "should be 3/7 (= 0.428571), got 0.428571" for a float32, which reads as equal
+    assert num(np.float32(3 / 7)) == "0.428571 (a numpy float32: about 6 significant digits)", num(np.float32(3 / 7))
+    assert num(np.float64(3 / 7)) == num(3 / 7) == "0.428571"
     try:
         as_number(np.array([2e-05, 2e+09]), "the latency")
     except AssertionError as e:

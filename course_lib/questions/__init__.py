@@ -54,6 +54,9 @@ def num(x, digits: int = 6) -> str:
         return str(int(x))
     if isinstance(x, Fraction):
         return str(x) if x.denominator == 1 else f"{x} (= {float(x):.{digits}g})"
+    if isinstance(x, np.floating) and np.finfo(x.dtype).precision < 15:
+        # "should be 0.428571, got 0.428571" would hide that a float32 keeps about 7 digits
+        return f"{float(x):.{digits}g} (a numpy {x.dtype}: about {np.finfo(x.dtype).precision} significant digits)"
     try:
         return f"{float(x):.{digits}g}"
     except (TypeError, ValueError):

@@ -12,6 +12,9 @@ import pytest
 
 from common import ExecutedNotebook, execute_notebook
 
+#: mpi4py's own unittest files, run on a Cluster by tests/test_mpi4py_contract.py, not by pytest.
+collect_ignore = ["mpi4py_suite"]
+
 
 @pytest.fixture(scope="session")
 def executed_notebook():

@@ -76,15 +76,10 @@ _SLOW_FILES = {"test_grading.py", "test_checks.py", "test_mpi.py"}
 _BATCH_FIXTURES = {"batch", "lesson_grades"}
 
 
-# Tests that compare measured time with a model (and the notebooks, whose text states what their
-# own timings show): `make test` runs them alone, after the parallel tests, on a quiet machine.
+# Tests that compare measured time with a model carry @pytest.mark.timing where they are defined;
+# so do the notebooks (their text states what their own timings show): `make test` runs them
+# alone, after the parallel tests.
 _TIMING_FIXTURES = {"executed_notebook"}
-_TIMING_TESTS = {
-    "test_measure_alpha_beta_gamma", "test_straggler_sets_the_pace", "test_pipeline_measured_bubble_matches_formula",
-    "test_gate_wait_does_not_grow_with_tau", "test_straggler_is_slower_by_its_factor",
-    "test_spinning_beats_pipe_barriers_on_small_messages", "test_backup_wait_on_real_processes",
-    "test_policies_follow_their_rules", "test_backups_shorten_the_wait", "test_slow_worker_is_staler",
-}
 
 
 def _notebook_of(item) -> str | None:
@@ -103,7 +98,7 @@ def pytest_collection_modifyitems(config, items):
         fixtures = set(getattr(item, "fixturenames", ()))
         if _SLOW_FIXTURES & fixtures or item.path.name in _SLOW_FILES:
             item.add_marker(pytest.mark.slow)
-        if _TIMING_FIXTURES & fixtures or item.originalname in _TIMING_TESTS:
+        if _TIMING_FIXTURES & fixtures:
             item.add_marker(pytest.mark.timing)
         if _BATCH_FIXTURES & fixtures:
             item.add_marker(pytest.mark.xdist_group("grading"))

@@ -64,6 +64,7 @@ def test_backup_wait_monte_carlo_within_10_percent(n, b, seed):
     assert abs(got - want) < 0.03 * want  # 20000 rounds: much tighter in fact
 
 
+@pytest.mark.timing   # compares measured time with a model: run alone, after the parallel tests
 def test_backups_shorten_the_wait():
     # b = 0: mu H_N grows like ln N; backups cut it.
     assert expected_backup_wait(4, 0, 1.0) == pytest.approx(harmonic(4))
@@ -133,6 +134,7 @@ def test_one_worker_equals_serial_sgd_exactly(data, start_method):
     assert my_segments() == []
 
 
+@pytest.mark.timing   # compares measured time with a model: run alone, after the parallel tests
 def test_slow_worker_is_staler(data):
     X, y = data
     res = train_async(X, y, n_workers=3, n_updates=120, lr=0.05, compute_time=0.003,
@@ -150,6 +152,7 @@ def test_slow_worker_is_staler(data):
     assert n_compute >= 120
 
 
+@pytest.mark.timing   # compares measured time with a model: run alone, after the parallel tests
 def test_policies_follow_their_rules(data):
     X, y = data
     common = dict(n_workers=3, n_updates=60, lr=0.05, compute_time=0.003, slow={3: 6}, seed=2)
@@ -181,6 +184,7 @@ def test_dead_worker_is_tolerated(data):
     assert my_segments() == []
 
 
+@pytest.mark.timing   # compares measured time with a model: run alone, after the parallel tests
 def test_backup_wait_on_real_processes():
     # Exponential compute times, sync with backups. Process wake-ups add overhead on a
     # busy machine, so this check is looser than the Monte Carlo one.

@@ -531,6 +531,7 @@ def test_start_methods(start_method):
         assert np.array_equal(got, np.arange(6.0) * 6) and b == 12
 
 
+@pytest.mark.timing   # compares measured time with a model: run alone, after the parallel tests
 def test_measure_alpha_beta_gamma(cluster5):
     # on an emulated network the fit must recover the emulated latency and bandwidth
     net = cl.Network(latency=2e-3, bandwidth=20e6)

@@ -259,6 +259,7 @@ def test_resume_refuses_another_job(tmp_path, cluster5):
         mapreduce_gd(cluster5, "logistic", X, y, iters=5, lr=0.1, checkpoint_dir=tmp_path, resume=True)
 
 
+@pytest.mark.timing   # compares measured time with a model: run alone, after the parallel tests
 @pytest.mark.slow  # a long scenario: make test, not make test-fast
 def test_straggler_sets_the_pace(cluster5):
     X, y = make_least_squares(40_000, 50, seed=0)[:2]

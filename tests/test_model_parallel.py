@@ -216,6 +216,7 @@ def test_pipeline_gradients_equal_serial(p):
                 assert [r["peak_stash"] for r in res] == want
 
 
+@pytest.mark.timing   # compares measured time with a model: run alone, after the parallel tests
 @pytest.mark.slow  # a long scenario: make test, not make test-fast
 def test_pipeline_measured_bubble_matches_formula():
     p = 4

@@ -365,6 +365,7 @@ def test_ssp_invariant_holds_on_every_read(data, tau):
                 assert all(m >= t for _, t, m, _ in r.reads)
 
 
+@pytest.mark.timing   # compares measured time with a model: run alone, after the parallel tests
 @pytest.mark.slow  # a long scenario: make test, not make test-fast
 def test_gate_wait_does_not_grow_with_tau(data):
     cfg = PSConfig(n_servers=2, n_workers=3, n_keys=data.n_keys)

@@ -474,6 +474,7 @@ def test_per_link_network_settings():
         assert c.run(one_message, 10, network=net)[1] >= 0.08
 
 
+@pytest.mark.timing   # compares measured time with a model: run alone, after the parallel tests
 def test_straggler_is_slower_by_its_factor():
     with Cluster(2, start_method="fork", slow={1: 4}) as c:
         res = c.run(compute_steps, 5)

@@ -312,6 +312,7 @@ def _time_calls(comm, ws, sync, calls):
     return best
 
 
+@pytest.mark.timing   # compares measured time with a model: run alone, after the parallel tests
 @pytest.mark.slow  # a long scenario: make test, not make test-fast
 @pytest.mark.parametrize("p", [2, 4])
 def test_spinning_beats_pipe_barriers_on_small_messages(clusters, p):

@@ -31,11 +31,13 @@ import numbers
 import operator
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
 import weakref
 from contextlib import contextmanager
+from multiprocessing import resource_tracker
 from multiprocessing.connection import wait as wait_for
 
 import cloudpickle
@@ -57,7 +59,7 @@ from .control import (
     WireUp,
 )
 from .faults import as_fault, check_rank_map, check_slow
-from .logs import LogRouter
+from .logs import LogEnd, LogLine, show
 from .netem import Network
 from .trace import Stats, Timeline
 from .worker import safe_str, worker_main
@@ -67,7 +69,8 @@ _RESERVED = ("network", "slow", "faults", "timeout", "on_failure")
 _STOP_GRACE_S = 1.0       # a polite Stop(): workers finish their loop and release what they own
 _TERMINATE_GRACE_S = 0.3  # after SIGTERM, for all workers together; then SIGKILL
 _REPORT_WINDOW_S = 0.3    # after a first failure, how long other ranks may still report theirs
-_FDS_BASE = 40            # descriptors a worker or the parent holds besides its Pipes (python, numpy, logs)
+_FDS_BASE = 40            # descriptors a worker or the parent holds besides its Pipes (python, numpy)
+_LOG_DRAIN_S = 1.0        # reading the lines that stopped workers left in their Pipes, all together
 
 
 class WorkerError(RuntimeError):
@@ -286,9 +289,10 @@ class Cluster:
         self._run_id = 0
         self._closed = False
         self._needs_restart = False
-        self._logs = None
         shm.sweep()  # segments left behind by a kernel that was killed
         self._start()
+        # A Cluster dropped without close() stops its workers and closes every channel when
+        # collected: nothing here may refer to ``self``, or it would never be collected.
         self._finalizer = weakref.finalize(self, Cluster._stop_workers, self._procs, self._conns)
         shm.add_release_listener(self._on_segment_released)
         atexit.register(self._atexit_ref())
@@ -320,7 +324,9 @@ class Cluster:
     # -- lifecycle ------------------------------------------------------------
     def _start(self) -> None:
         t_start = time.perf_counter()
-        self._logs = LogRouter(self._ctx, self.start_method)
+        # Started here, not lazily inside the first worker's start: a process that appears
+        # during that start is then always a worker (a Ctrl-C test tells them apart so).
+        resource_tracker.ensure_running()
         try:
             for rank in range(self.n_workers):
                 with _interrupts_deferred():
@@ -329,8 +335,6 @@ class Cluster:
         except BaseException as exc:
             with _interrupts_deferred():
                 self._stop_workers(self._procs, self._conns, graceful=False)
-                self._logs.close(wait=0.3)
-                self._logs = None
                 _sweep_segments_of(self._all_pids)
             if isinstance(exc, OSError) and exc.errno == errno.EMFILE:
                 raise OSError(errno.EMFILE, self._fd_advice()) from exc
@@ -340,12 +344,13 @@ class Cluster:
     def _launch(self, rank: int) -> None:
         """Start the worker of ``rank`` and record it (call with interrupts deferred)."""
         parent_end, child_end = self._ctx.Pipe(duplex=True)
-        # A forked child inherits the parent's ends of its elder siblings' Pipes: hand them
-        # over so it closes them (63 wasted descriptors per worker at n=64 otherwise).
-        inherited = (list(self._conns), [p.sentinel for p in self._procs]) if self.start_method == "fork" else None
+        # A forked child inherits the parent's ends of its own and its elder siblings' Pipes:
+        # hand them over so it closes them (63 wasted descriptors per worker at n=64 otherwise).
+        inherited = None
+        if self.start_method == "fork":
+            inherited = ([*self._conns, parent_end], [p.sentinel for p in self._procs])
         proc = self._ctx.Process(
-            target=worker_main,
-            args=(rank, self.n_workers, child_end, self._logs.channel, os.getpid(), self.log_level, inherited),
+            target=worker_main, args=(rank, self.n_workers, child_end, self.log_level, inherited),
             name=f"course-worker-{rank}", daemon=True,
         )
         try:
@@ -388,6 +393,7 @@ class Cluster:
 
     def _start_error(self, rank: int, msg) -> Exception:
         if not isinstance(msg, StartFailed):
+            self._procs[rank].join(0.5)  # its exit code, for the report
             return self._death_error(rank, while_starting=True)
         if msg.errno == errno.EMFILE:
             return OSError(errno.EMFILE, f"worker {rank} failed while starting: {msg.message}\n"
@@ -400,7 +406,8 @@ class Cluster:
         """Wait (at most ``timeout`` s) on the control Pipes and the process sentinels of ``ranks``.
 
         Yields ``(rank, message)``; the message is ``None`` when the process is gone.
-        One ``wait()`` on every descriptor at once: the delay does not grow with n.
+        One ``wait()`` on every descriptor at once: the delay does not grow with n. The
+        workers' log lines, which travel on the same Pipes, are shown here as they arrive.
         """
         conns = {self._conns[r]: r for r in ranks}
         sentinels = {self._procs[r].sentinel: r for r in ranks}
@@ -410,12 +417,11 @@ class Cluster:
             if rank in seen:
                 continue
             seen.add(rank)
-            conn = self._conns[rank]
-            try:
-                msg = conn.recv() if (obj in conns or conn.poll()) else None
-            except (EOFError, OSError):
-                msg = None
-            yield rank, msg
+            msg = _next_control_message(rank, self._conns[rank])
+            if msg is _ONLY_LOG_LINES and obj in sentinels:
+                msg = None  # it exited, and nothing but lines was left in its Pipe
+            if msg is not _ONLY_LOG_LINES:
+                yield rank, msg
 
     def close(self) -> None:
         """Stop every worker and free the shared memory this cluster created."""
@@ -427,9 +433,6 @@ class Cluster:
             for sa in self._shared:
                 sa.release()
             self._shared.clear()
-            if self._logs is not None:
-                self._logs.close()
-                self._logs = None
             _sweep_segments_of(self._all_pids)
 
     @staticmethod
@@ -437,7 +440,9 @@ class Cluster:
         """Ask politely (graceful), then SIGTERM, then SIGKILL; always reap and close.
 
         Each step addresses every worker at once and waits for all of them together, so
-        stopping 64 workers stuck in C code takes about a second, not a second each.
+        stopping 64 workers stuck in C code takes about a second, not a second each. The
+        workers' lines are read all along (a worker blocked on a full Pipe could not exit)
+        and to the end once the workers are gone: no line they sent is lost.
         """
         if graceful:
             for conn in conns:
@@ -445,13 +450,14 @@ class Cluster:
                     conn.send(Stop())
                 except Exception:
                     pass
-            _wait_for_exits(procs, _STOP_GRACE_S)
+            _wait_for_exits(procs, _STOP_GRACE_S, conns)
         for p in _alive(procs):
             p.terminate()
-        _wait_for_exits(procs, _TERMINATE_GRACE_S)
+        _wait_for_exits(procs, _TERMINATE_GRACE_S, conns)
         for p in _alive(procs):
             p.kill()
-        _wait_for_exits(procs, 5.0)
+        _wait_for_exits(procs, 5.0, conns)
+        _show_last_lines(conns, _LOG_DRAIN_S)
         for conn in conns:
             conn.close()
         for p in procs:
@@ -466,8 +472,6 @@ class Cluster:
         """Replace every worker by a fresh one (used after a failed run)."""
         with _interrupts_deferred():
             self._stop_workers(self._procs, self._conns, graceful=False)
-            if self._logs is not None:
-                self._logs.close(wait=0.3)
             _sweep_segments_of(self._all_pids)
             self._released.clear()  # new workers have mapped nothing yet
         self._start()
@@ -627,7 +631,8 @@ class Cluster:
     def _death_error(self, rank: int, while_starting: bool = False) -> WorkerError:
         code = self._procs[rank].exitcode
         what = f"worker {rank} failed while starting: it" if while_starting else f"rank {rank}"
-        return WorkerError(f"{what} {_describe_exit(code)} (no Python traceback: the process vanished)",
+        hint = _main_guard_hint(self.start_method) if while_starting else ""
+        return WorkerError(f"{what} {_describe_exit(code)} (no Python traceback: the process vanished){hint}",
                            rank, [rank], "", code, exc_type="ProcessDied")
 
 
@@ -704,6 +709,23 @@ def _describe_exit(code) -> str:
     return how + (f"; likely cause: {cause}" if cause else "")
 
 
+def _main_guard_hint(start_method: str) -> str:
+    """Why a worker started from a script can die before it reports: the script has no guard.
+
+    Under spawn and forkserver a new process imports the script that started it (as
+    ``__mp_main__``), so code at its top level runs again there: a Cluster created there
+    makes the new process start workers of its own, which multiprocessing refuses. Its
+    error goes to the terminal's stderr, not to this process, hence the hint here.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if start_method == "fork" or not path or not str(path).endswith(".py"):
+        return ""
+    return (f"\nUnder {start_method}, every worker first imports the script that created the Cluster "
+            f"({path}), so its top-level code runs again in each worker. Put the code that creates and "
+            "runs the Cluster under `if __name__ == \"__main__\":` (see the worker's own error on stderr).")
+
+
 def _forkserver_limit_note(start_method: str) -> str:
     if start_method != "forkserver":
         return ""
@@ -748,7 +770,9 @@ def _primary(errors: list[WorkerError]) -> WorkerError:
     those the first the parent heard of (``errors`` is in arrival order): a server that gives up
     because its workers raised fails after them, and the workers' error is the one to read."""
     def secondary(e):
-        return e.exc_type in ("PeerLost",)
+        # Death by SIGPIPE: it wrote to a Pipe whose reader had gone, i.e. it lost a peer too
+        # (workers ignore SIGPIPE, but a run's code may have set it back to the default).
+        return e.exc_type == "PeerLost" or (e.exc_type == "ProcessDied" and _died_of_sigpipe(e.exitcode))
     errors = sorted(errors, key=secondary)          # stable: arrival order within each kind
     first = errors[0]
     first.ranks = [e.rank for e in errors]
@@ -759,19 +783,64 @@ def _primary(errors: list[WorkerError]) -> WorkerError:
     return first
 
 
+def _died_of_sigpipe(exitcode) -> bool:
+    sigpipe = getattr(signal, "SIGPIPE", None)
+    return sigpipe is not None and exitcode in (-sigpipe, 128 + sigpipe)
+
+
 def _alive(procs) -> list:
     return [p for p in procs if p.pid is not None and p.exitcode is None]
 
 
-def _wait_for_exits(procs, timeout: float) -> None:
-    """Wait until every process in ``procs`` has exited, or ``timeout`` s in all; reap them."""
+def _wait_for_exits(procs, timeout: float, conns=()) -> None:
+    """Wait until every process in ``procs`` has exited, or ``timeout`` s in all; reap them.
+
+    Meanwhile show the lines that arrive on the control Pipes ``conns`` (by rank) of
+    workers that are stopping; their other messages no longer matter.
+    """
     deadline = time.perf_counter() + timeout
+    open_conns = {conn: rank for rank, conn in enumerate(conns) if not conn.closed}
     while True:
         alive = _alive(procs)  # .exitcode reaps a process that has exited
         remaining = deadline - time.perf_counter()
         if not alive or remaining <= 0:
             return
-        wait_for([p.sentinel for p in alive], timeout=min(remaining, 0.1))
+        for ready in wait_for([p.sentinel for p in alive] + list(open_conns), timeout=min(remaining, 0.1)):
+            if ready in open_conns and _next_control_message(open_conns[ready], ready) is None:
+                del open_conns[ready]  # at its end: nothing more will come
+
+
+_ONLY_LOG_LINES = object()  # what _next_control_message returns when only lines were waiting
+
+
+def _next_control_message(rank: int, conn):
+    """The next message on a worker's control Pipe, after showing the log lines ahead of it.
+
+    Returns ``_ONLY_LOG_LINES`` when nothing else is waiting yet, None at the end of the
+    Pipe or at the marker ``LogEnd`` (the worker is gone or going). Reads what is there
+    without waiting for more.
+    """
+    while True:
+        try:
+            if not conn.poll():
+                return _ONLY_LOG_LINES
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return None
+        if isinstance(msg, LogEnd):
+            return None
+        if not isinstance(msg, LogLine):
+            return msg
+        show(rank, msg)
+
+
+def _show_last_lines(conns, timeout: float) -> None:
+    """Show the lines left in the control Pipes of workers that have exited, up to each end."""
+    deadline = time.perf_counter() + timeout
+    for rank, conn in enumerate(conns):
+        while not conn.closed and time.perf_counter() < deadline:
+            if _next_control_message(rank, conn) in (None, _ONLY_LOG_LINES):
+                break  # the marker, the end, or nothing more now (a grandchild may hold its end)
 
 
 def _sweep_segments_of(pids) -> None:

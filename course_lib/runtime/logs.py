@@ -1,52 +1,127 @@
 """Worker logs in the notebook cell, tagged with the rank.
 
 Workers are separate processes: their ``logging`` records and ``print`` output must
-travel to the parent to be seen. Two transports, because one does not work everywhere:
+travel to the parent to be seen. They travel on the worker's control Pipe, under every
+start method, interleaved with the control messages in the order they were made:
 
-* fork: ``multiprocessing-logging`` (its handler is inherited by the forked child and
-  ships records through a queue read by a thread in the parent);
-* spawn / forkserver: nothing is inherited, and multiprocessing-logging raises or drops
-  records there, so we use the standard library's ``QueueHandler`` in the worker and a
-  ``QueueListener`` thread in the parent.
+* the worker sends each record (each complete line of ``print``) as it is made, as a
+  :class:`LogLine`, and the send returns only once the line is in the Pipe: there is no
+  queue or feeder thread that a stopped worker could leave holding records, no thread in
+  the parent to leak, and no descriptor besides the control Pipe;
+* after each run the worker flushes a last partial line, then sends its result: every
+  line of the run is ahead of the result in the Pipe, so the parent has shown them all
+  by the time ``run()`` returns. A stopping worker ends with the marker ``LogEnd()``;
+* the parent reads these messages in the loop that waits for control messages, and
+  writes each line to ``sys.stdout`` *as it arrives*, so in Jupyter the lines appear in
+  the cell that is running, while the run is still going.
 
-In the parent the records are written to ``sys.stdout`` *at emit time*, so in Jupyter
-they appear in the cell that is running, while the run is still going.
+A worker thread also waits for the launching process to die, on the sentinel that
+multiprocessing gives every child (a pipe whose other end the launcher holds): it
+becomes readable when the launcher exits, even if it stays a zombie that nobody reaps
+(:func:`exit_when_parent_leaves`).
 """
 from __future__ import annotations
 
 import io
 import logging
-import logging.handlers
-import queue
+import multiprocessing as mp
+import os
 import sys
 import threading
+from dataclasses import dataclass
+from multiprocessing.connection import wait as wait_for
 
-FORMAT = "[rank %(rank)s] %(levelname)s %(message)s"
+
+# ------------------------------------------------------------------ what travels
+@dataclass(frozen=True)
+class LogLine:
+    """One log record, or one line a worker printed (``is_print``), as text."""
+    level: str
+    text: str
+    is_print: bool = False
 
 
-class CellHandler(logging.Handler):
-    """Write records to whatever ``sys.stdout`` is now (the running cell in Jupyter)."""
+@dataclass(frozen=True)
+class LogEnd:
+    """The last message of a stopping worker: every line it printed or logged is ahead of it."""
 
-    def __init__(self):
+
+def format_line(rank: int, line: LogLine) -> str:
+    return f"[rank {rank}] {line.text}" if line.is_print else f"[rank {rank}] {line.level} {line.text}"
+
+
+# ------------------------------------------------------------------ parent side
+def show(rank: int, line: LogLine) -> None:
+    """Write a worker's line to whatever ``sys.stdout`` is now (the running cell in Jupyter)."""
+    try:
+        sys.stdout.write(format_line(rank, line) + "\n")
+        sys.stdout.flush()
+    except Exception:  # a closed or broken stdout in the parent must not stop the run
+        pass
+
+
+# ------------------------------------------------------------------ worker side
+class ControlPipe:
+    """A worker's end of its control Pipe, safe to send on from several threads.
+
+    Log lines are sent by whichever thread prints, control messages (a barrier, progress)
+    by whichever thread calls the communicator: one lock keeps two messages from mixing
+    their bytes. Receiving is the main loop's and the communicator's, one at a time.
+    """
+
+    def __init__(self, conn):
+        self._conn = conn
+        # Reentrant: a line logged while a message is being pickled is sent whole, before it
+        self._send_lock = threading.RLock()
+
+    def send(self, msg) -> None:
+        with self._send_lock:
+            self._conn.send(msg)
+
+    def send_bytes(self, data) -> None:
+        with self._send_lock:
+            self._conn.send_bytes(data)
+
+    def recv(self):
+        return self._conn.recv()
+
+    def recv_bytes(self) -> bytes:
+        return self._conn.recv_bytes()
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        return self._conn.poll(timeout)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class ChannelHandler(logging.Handler):
+    """A worker's logging handler: each record goes to the parent at once, on the control Pipe."""
+
+    def __init__(self, pipe: ControlPipe, rank: int):
         super().__init__()
-        self.setFormatter(_RankFormatter())
+        self._pipe = pipe
+        self._parent_gone = False
+        self.addFilter(_RankFilter(rank))
 
     def emit(self, record):
         try:
-            sys.stdout.write(self.format(record) + "\n")
-            sys.stdout.flush()
-        except Exception:  # pragma: no cover - never let logging kill the listener
-            self.handleError(record)
+            text = record.getMessage()
+            if record.exc_info:
+                text += "\n" + logging.Formatter().formatException(record.exc_info)
+        except Exception:
+            text = f"<a log record that cannot be formatted: {record.msg!r}>"
+        self.send(LogLine(record.levelname, text, getattr(record, "is_print", False)))
 
-
-class _RankFormatter(logging.Formatter):
-    def format(self, record):
-        rank = getattr(record, "rank", "?")
-        if getattr(record, "is_print", False):
-            return f"[rank {rank}] {record.getMessage()}"
-        return f"[rank {rank}] {record.levelname} {record.getMessage()}" + (
-            "\n" + self.formatException(record.exc_info) if record.exc_info else ""
-        )
+    def send(self, msg) -> None:
+        if self._parent_gone:
+            return
+        try:
+            self._pipe.send(msg)
+        except (OSError, ValueError):
+            # The parent is gone: nobody can see the line. Never handleError() here: it
+            # writes to sys.stderr, which leads back here.
+            self._parent_gone = True
 
 
 class _RankFilter(logging.Filter):
@@ -59,55 +134,7 @@ class _RankFilter(logging.Filter):
         return True
 
 
-class LogRouter:
-    """Parent side: receives worker records and writes them to the cell.
-
-    Closing never blocks for long: a worker killed while writing to the queue can leave
-    it locked or its count wrong, so we drain for a bounded time and then let go.
-    """
-
-    def __init__(self, ctx, start_method: str):
-        self.start_method = start_method
-        self._sink = CellHandler()
-        self._stop = threading.Event()
-        if start_method == "fork":
-            import multiprocessing_logging
-
-            self._mp_handler = multiprocessing_logging.MultiProcessingHandler("course-logs", sub_handler=self._sink)
-            self.channel = self._mp_handler  # inherited by the forked child
-            self._thread = None
-        else:
-            self._mp_handler = None
-            self.channel = ctx.Queue()
-            self._thread = threading.Thread(target=self._pump, name="course-logs", daemon=True)
-            self._thread.start()
-
-    def _pump(self):
-        while True:
-            try:
-                record = self.channel.get(timeout=0.1)
-            except queue.Empty:
-                if self._stop.is_set():
-                    return
-                continue
-            except (EOFError, OSError, ValueError):
-                return
-            self._sink.handle(record)
-
-    def close(self, wait: float = 1.0):
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join(wait)
-            self.channel.cancel_join_thread()
-            self.channel.close()
-            self._thread = None
-        if self._mp_handler is not None:
-            self._mp_handler._is_closed = True  # its thread drains, then exits
-            self._mp_handler._receive_thread.join(wait)
-            self._mp_handler = None
-
-
-class _PrintToLog(io.TextIOBase):
+class PrintToLog(io.TextIOBase):
     """A worker's sys.stdout/sys.stderr: each complete line becomes a log record."""
 
     def __init__(self, logger: logging.Logger, level: int):
@@ -129,19 +156,54 @@ class _PrintToLog(io.TextIOBase):
             self._logger.log(self._level, line, extra={"is_print": True})
 
 
-def setup_worker_logging(channel, rank: int, level: int = logging.INFO) -> logging.Logger:
-    """Worker side: route root-logger records and print() to the parent."""
+@dataclass
+class WorkerOutput:
+    """What a worker installed to route its output: put back before each run, flushed after."""
+    handler: ChannelHandler
+    stdout: PrintToLog
+    stderr: PrintToLog
+
+    def install(self) -> None:
+        """(Re)install the worker's streams: the code of a run may have replaced or closed them."""
+        sys.stdout, sys.stderr = self.stdout, self.stderr
+
+    def flush(self) -> None:
+        """Send a last partial line: everything printed so far is then in the Pipe."""
+        self.stdout.flush()
+        self.stderr.flush()
+
+    def end(self) -> None:
+        """The worker stops: its last lines, then the marker that nothing follows."""
+        self.flush()
+        self.handler.send(LogEnd())
+
+
+def setup_worker_logging(pipe: ControlPipe, rank: int, level: int = logging.INFO) -> tuple[logging.Logger,
+                                                                                           WorkerOutput]:
+    """Worker side: route root-logger records and print() to the parent through ``pipe``."""
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
-    if isinstance(channel, logging.Handler):  # fork: the inherited multiprocessing-logging handler
-        handler = channel
-    else:
-        handler = logging.handlers.QueueHandler(channel)
-    handler.addFilter(_RankFilter(rank))
+    handler = ChannelHandler(pipe, rank)
     root.addHandler(handler)
     root.setLevel(level)
-    logger = logging.getLogger(f"rank{rank}")
-    sys.stdout = _PrintToLog(logging.getLogger("stdout"), logging.INFO)
-    sys.stderr = _PrintToLog(logging.getLogger("stderr"), logging.WARNING)
-    return logger
+    output = WorkerOutput(handler, PrintToLog(logging.getLogger("stdout"), logging.INFO),
+                          PrintToLog(logging.getLogger("stderr"), logging.WARNING))
+    output.install()
+    return logging.getLogger(f"rank{rank}"), output
+
+
+def exit_when_parent_leaves(on_exit) -> None:
+    """Wait (in a thread of the worker) until the launching process is gone, then exit.
+
+    multiprocessing gives each child a sentinel: the read end of a pipe whose write end only
+    the launcher holds (under fork, spawn and forkserver alike). It becomes readable when
+    the launcher exits, whether or not anybody reaps it; polling its pid would take a zombie
+    for alive. ``on_exit`` frees what the worker owns first.
+    """
+    parent = mp.parent_process()
+    if parent is None or parent.sentinel is None:
+        return
+    wait_for([parent.sentinel])
+    on_exit()
+    os._exit(1)

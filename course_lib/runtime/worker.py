@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from multiprocessing.connection import Client, Listener
 
@@ -21,7 +20,7 @@ import cloudpickle
 from . import shm
 from .comm import Comm
 from .control import DropSegments, Listening, RunDone, RunFailed, StartFailed, StartRun, Stop, Wired, WireUp
-from .logs import setup_worker_logging
+from .logs import ControlPipe, WorkerOutput, exit_when_parent_leaves, setup_worker_logging
 
 
 def safe_str(exc: BaseException) -> str:
@@ -36,19 +35,10 @@ class UnpicklableResult(TypeError):
     """The worker function returned something that cannot travel to the parent."""
 
 
-def _watch_owner(owner_pid: int) -> None:
-    """Exit if the launching process dies, so no worker outlives it."""
-    import psutil
-
-    while True:
-        time.sleep(0.5)
-        if not psutil.pid_exists(owner_pid):
-            shm.release_all()
-            os._exit(1)
-
-
 def _close_inherited(inherited) -> None:
-    """Under fork: close the parent's ends of the elder siblings' Pipes and their sentinels."""
+    """Under fork: close the parent's ends of the elder siblings' Pipes and their sentinels.
+
+    """
     if inherited is None:
         return
     conns, sentinels = inherited
@@ -80,27 +70,39 @@ def _connect_mesh(rank: int, control) -> dict:
     return links
 
 
-def worker_main(rank, size, control, log_channel, owner_pid, log_level, inherited=None):
+def worker_main(rank, size, control, log_level, inherited=None):
     """Main loop of a worker process: wire up, then run tasks until told to stop."""
+    _set_signals()
+    _close_inherited(inherited)
+    threading.Thread(target=exit_when_parent_leaves, args=(shm.release_all,), name="course-parent-watch",
+                     daemon=True).start()
+    control = ControlPipe(control)  # print() from any thread sends on it too
+    logger, output = setup_worker_logging(control, rank, log_level)
+    try:
+        links = _connect_mesh(rank, control)
+    except BaseException as exc:
+        output.flush()
+        control.send(StartFailed(type(exc).__name__, safe_str(exc), traceback.format_exc(),
+                                 getattr(exc, "errno", None)))
+        return
+    _serve(Comm(rank, size, links, control, logger), control, output)
+    output.end()  # stopping: its last lines, then the marker, before this process exits
+    shm.release_all()
+
+
+def _set_signals() -> None:
     if hasattr(signal, "SIGINT"):
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C / kernel interrupt
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, _on_sigterm)
-    _close_inherited(inherited)
-    threading.Thread(target=_watch_owner, args=(owner_pid,), daemon=True).start()
-    logger = setup_worker_logging(log_channel, rank, log_level)
-    try:
-        links = _connect_mesh(rank, control)
-    except BaseException as exc:
-        control.send(StartFailed(type(exc).__name__, safe_str(exc), traceback.format_exc(),
-                                 getattr(exc, "errno", None)))
-        return
-    _serve(Comm(rank, size, links, control, logger), control)
-    sys.stdout.flush()
-    shm.release_all()
+    if hasattr(signal, "SIGPIPE"):
+        # A write to a closed Pipe or socket raises BrokenPipeError (with a traceback the report
+        # can show) instead of killing the worker silently. A forked worker would otherwise
+        # inherit the parent's SIG_DFL (scripts piped into `head` often set it).
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
 
 
-def _serve(comm: Comm, control) -> None:
+def _serve(comm: Comm, control, output: WorkerOutput) -> None:
     """Answer the parent's messages until Stop, a closed Pipe, or a failed run."""
     while True:
         try:
@@ -113,9 +115,9 @@ def _serve(comm: Comm, control) -> None:
             shm.detach(msg.names)
             continue
         shm.detach(msg.drop_segments)
+        output.install()  # the previous run may have replaced or closed sys.stdout
         reply = _run_task(comm, control, msg)
-        sys.stdout.flush()
-        sys.stderr.flush()
+        output.flush()  # every line of the run goes ahead of its result
         try:
             control.send(reply)
         except (BrokenPipeError, OSError):

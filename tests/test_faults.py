@@ -412,7 +412,9 @@ def test_sweep_removes_semaphores_of_a_killed_kernel_but_never_a_live_one(tmp_pa
         from course_lib import Cluster
         from runtime_checks import semaphores_mapped_by
         if __name__ == "__main__":
+            import multiprocessing as mp
             c = Cluster(2, start_method="spawn")
+            held = mp.get_context("spawn").Lock()   # a kernel's own spawn-context lock: a named semaphore
             print("SEMS", *semaphores_mapped_by(os.getpid()), flush=True)
             time.sleep(60)
     """).replace("{tests!r}", repr(os.path.dirname(__file__))))

@@ -21,6 +21,12 @@ Rules this module enforces (each one prevents a real leak or crash):
   workers write into it; or return ``sa.array.copy()``). The worker's segment is freed
   when it lets go of the array, so it never leaks. Ownership never moves between
   processes: that keeps one simple rule for who frees what.
+* A segment's memory is reserved when it is made (``posix_fallocate``): /dev/shm is a tmpfs
+  that hands out pages only when they are first written, and a write that finds it full is
+  answered with SIGBUS, which kills the process (a container's 64 MB /dev/shm killed the
+  notebook's kernel that way). What does not fit in /dev/shm lives in a file of the temporary
+  folder instead (:class:`FileSegment`, said once with the fix, ``docker run --shm-size``);
+  with no room there either, creating raises an OSError that says so.
 * Named semaphores that multiprocessing leaves in /dev/shm (``sem.mp-*``) when a kernel
   and its resource tracker are killed together, and the segments of MPICH jobs that crashed or
   aborted (``mpich_shm_*``), are swept too, but only those no living process has mapped:
@@ -29,11 +35,16 @@ Rules this module enforces (each one prevents a real leak or crash):
 from __future__ import annotations
 
 import atexit
+import errno
+import mmap
 import operator
 import os
+import re
 import secrets
 import sys
+import tempfile
 import threading
+import warnings
 import weakref
 from contextlib import contextmanager
 from multiprocessing import shared_memory
@@ -44,13 +55,16 @@ PREFIX = "course_"
 SEM_PREFIX = "sem.mp-"  # multiprocessing's named semaphores (SemLock names are "/mp-<random>")
 MPICH_PREFIX = "mpich_shm_"  # MPICH's shared-memory segment of a job on one node
 SHM_DIR = "/dev/shm"
+_FILE_SEGMENT_NAME = re.compile(r"course_\d+_[0-9a-f]{8}")  # a FileSegment's file: _new_name()
+SHM_SIZE_FIX = "docker run --shm-size=2g ..."  # what a container needs (docker compose: shm_size: 2gb)
 
-_owned: dict[str, shared_memory.SharedMemory] = {}  # segments this process created
-_attached: dict[str, shared_memory.SharedMemory] = {}  # segments this process attached
+# A segment is a shared_memory.SharedMemory in /dev/shm, or a FileSegment when /dev/shm was too small.
+_owned: dict[str, "Segment"] = {}  # segments this process created
+_attached: dict[str, "Segment"] = {}  # segments this process attached
 _attach_lock = threading.Lock()
 _kept_for_views: list = []  # released segments whose memory is still viewed by arrays
-_inherited: dict[str, shared_memory.SharedMemory] = {}  # a forked child's copies of the parent's segments
-_detach_later: dict[str, shared_memory.SharedMemory] = {}  # dropped while arrays still viewed them
+_inherited: dict[str, "Segment"] = {}  # a forked child's copies of the parent's segments
+_detach_later: dict[str, "Segment"] = {}  # dropped while arrays still viewed them
 _instances: "weakref.WeakSet[SharedArray]" = weakref.WeakSet()
 _release_listeners: list = []  # weak references to callables told each released name
 _for_parent = threading.local()  # set while a worker pickles its result for the parent
@@ -60,8 +74,13 @@ class SharedArrayOwnershipError(TypeError):
     """A worker tried to return a SharedArray it created: its memory dies with the worker's hold."""
 
 
+class SharedMemoryFallbackWarning(UserWarning):
+    """/dev/shm had no room for a shared array: it lives in a file of the temporary folder."""
+
+
 def creator_pid(name: str) -> int | None:
-    """The pid in a course segment's name, or None for other names."""
+    """The pid in a course segment's name (or a file segment's path), or None for other names."""
+    name = os.path.basename(name)
     try:
         return int(name[len(PREFIX):].split("_")[0]) if name.startswith(PREFIX) else None
     except ValueError:
@@ -72,32 +91,34 @@ def _new_name() -> str:
     return f"{PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
 
 
-def _attach(name: str) -> shared_memory.SharedMemory:
+def _attach(name: str) -> Segment:
     if name in _owned:
         return _owned[name]
     if name in _inherited:
         return _inherited[name]
     if name not in _attached:
         try:
-            if sys.version_info >= (3, 13):
-                _attached[name] = shared_memory.SharedMemory(name=name, track=False)
-            else:
-                _attached[name] = _attach_untracked(name)
+            _attached[name] = _attach_untracked(name)
         except FileNotFoundError:
             raise ValueError(f"shared array {name} was released by its owner (or its owner died); "
                              "its memory is gone: share the data again") from None
     return _attached[name]
 
 
-def _attach_untracked(name: str) -> shared_memory.SharedMemory:
+def _attach_untracked(name: str) -> Segment:
     """Attach without registering with a resource tracker (what ``track=False`` does in 3.13).
 
     Before 3.13 attaching registers the name. Under forkserver each worker then starts
     a tracker of its own, which *unlinks the parent's segment* when the worker exits.
     Registering is skipped, never undone: unregistering could break the parent's cleanup.
+    A file segment (its name is a path) is known to no tracker.
     """
     from multiprocessing import resource_tracker
 
+    if os.path.isabs(name):
+        return FileSegment(name)
+    if sys.version_info >= (3, 13):
+        return shared_memory.SharedMemory(name=name, track=False)
     with _attach_lock:
         register = resource_tracker.register
         resource_tracker.register = lambda *args, **kwargs: None
@@ -105,6 +126,145 @@ def _attach_untracked(name: str) -> shared_memory.SharedMemory:
             return shared_memory.SharedMemory(name=name)
         finally:
             resource_tracker.register = register
+
+
+# -- where a segment lives: /dev/shm, or a file when /dev/shm is too small --------------------
+class FileSegment:
+    """Shared memory in an ordinary file, for arrays /dev/shm has no room for.
+
+    It offers what this module uses of a ``SharedMemory`` (``name``, ``size``, ``buf``,
+    ``close``, ``unlink``). Its name is the file's absolute path: that is how a process
+    attaching by name tells the two kinds apart, and the file name is a segment name
+    (``course_<pid>_<token>``) so that :func:`sweep` finds it once its creator is dead. Every
+    process maps the file shared and sees the same bytes; the kernel may write pages back to
+    disk in the background, which costs time, never correctness.
+    """
+
+    def __init__(self, path: str):
+        fd = os.open(path, os.O_RDWR)
+        try:
+            self._mmap = mmap.mmap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)   # the mapping keeps the file open
+        self.name, self.size = path, len(self._mmap)
+        self.buf = memoryview(self._mmap)
+
+    def close(self) -> None:
+        """Unmap; raises BufferError while numpy views use the memory (as SharedMemory does)."""
+        if self.buf is not None:
+            self.buf.release()
+            self.buf = None
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+
+    def unlink(self) -> None:
+        os.unlink(self.name)
+
+
+Segment = shared_memory.SharedMemory | FileSegment   # what this module maps, of either kind
+
+
+def _create_segment(nbytes: int) -> Segment:
+    """A new segment of ``nbytes`` whose memory is reserved: in /dev/shm if it fits, else a file."""
+    name = _new_name()
+    if not os.path.isdir(SHM_DIR):   # macOS: shm_open's segments are no files to check or reserve
+        return shared_memory.SharedMemory(name=name, create=True, size=nbytes)
+    if _free_bytes(SHM_DIR) < nbytes:
+        sweep()                       # the segments of a kernel killed hard may be what fills it
+    if _free_bytes(SHM_DIR) >= nbytes:
+        seg = shared_memory.SharedMemory(name=name, create=True, size=nbytes)
+        if _reserve(os.path.join(SHM_DIR, name), nbytes):
+            return seg
+        seg.close()                   # another process took the space since we looked
+        seg.unlink()
+    return _create_file_segment(name, nbytes)
+
+
+def _create_file_segment(name: str, nbytes: int) -> FileSegment:
+    folder = tempfile.gettempdir()
+    path = os.path.join(folder, name)
+    if _free_bytes(folder) >= nbytes:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)   # 0600: as shm_open makes them
+        try:
+            os.ftruncate(fd, nbytes)
+        finally:
+            os.close(fd)
+        if _reserve(path, nbytes):
+            _say_once_that_it_fell_back(nbytes, folder)
+            return FileSegment(path)
+        os.unlink(path)
+    raise _no_room_error(nbytes, folder)
+
+
+def _reserve(path: str, nbytes: int) -> bool:
+    """Allocate a segment's pages now; False if the file system has no room for them.
+
+    A tmpfs (or a disk) allocates a page when it is first written, and a write through a
+    mapping that finds it full gets SIGBUS, which kills the process: asking for every page
+    up front turns that into ENOSPC here, where it can be handled.
+    """
+    if not hasattr(os, "posix_fallocate"):
+        return True                   # cannot reserve: the free-space check has to do
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+            return False
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise                     # (those three: a file system that cannot reserve)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _free_bytes(folder: str) -> int:
+    st = os.statvfs(folder)
+    return st.f_bavail * st.f_frsize
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"
+
+
+def _dev_shm_state() -> str:
+    st = os.statvfs(SHM_DIR)
+    return f"{SHM_DIR} (shared memory) has {_mib(st.f_bavail * st.f_frsize)} free of {_mib(st.f_blocks * st.f_frsize)}"
+
+
+_fell_back = False
+
+
+def _say_once_that_it_fell_back(nbytes: int, folder: str) -> None:
+    global _fell_back
+    if _fell_back:
+        return
+    _fell_back = True
+    warnings.warn(
+        f"{_dev_shm_state()}: too little for a shared array of {_mib(nbytes)}, so it lives in a "
+        f"file in {folder} instead, and so will others that do not fit (said once). Workers share "
+        f"it just the same; the system may write its pages to disk, which can be slower. "
+        f"Containers get a small /dev/shm (Docker's default is 64 MB): start yours with more, "
+        f"e.g. `{SHM_SIZE_FIX}`.", SharedMemoryFallbackWarning, stacklevel=_stacklevel_of_the_caller())
+
+
+def _stacklevel_of_the_caller() -> int:
+    """The stack level of the first frame outside this package: the warning names the user's line."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _no_room_error(nbytes: int, folder: str) -> OSError:
+    return OSError(errno.ENOSPC, (
+        f"no room for a shared array of {_mib(nbytes)}: {_dev_shm_state()}, and the temporary "
+        f"folder {folder} has {_mib(_free_bytes(folder))} free. Containers get a small /dev/shm "
+        f"(Docker's default is 64 MB): start yours with more, e.g. `{SHM_SIZE_FIX}` "
+        f"(docker compose: shm_size), or release shared arrays you no longer need "
+        f"(sa.release(), cluster.close())."))
 
 
 def _as_shape(shape) -> tuple[int, ...]:
@@ -167,10 +327,9 @@ class SharedArray:
         if dtype.hasobject:
             raise TypeError("shared arrays cannot hold Python objects (dtype=object)")
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        name = _new_name()
-        seg = shared_memory.SharedMemory(name=name, create=True, size=max(nbytes, 1))
-        _owned[name] = seg
-        out = cls(name, shape, dtype, _owner=True)
+        seg = _create_segment(max(nbytes, 1))
+        _owned[seg.name] = seg
+        out = cls(seg.name, shape, dtype, _owner=True)
         if fill is not None:
             out.array[...] = fill
         return out
@@ -410,22 +569,33 @@ def sweep_unmapped(verbose: bool = False) -> list[str]:
 
 
 def list_segments() -> list[str]:
-    """Names of course segments in /dev/shm (Linux; other systems cannot list them)."""
+    """Course segments: names in /dev/shm, then paths of file segments (Linux; others cannot list)."""
     if not os.path.isdir(SHM_DIR):
         return []
-    return sorted(n for n in os.listdir(SHM_DIR) if n.startswith(PREFIX))
+    names = sorted(n for n in os.listdir(SHM_DIR) if n.startswith(PREFIX))
+    folder = tempfile.gettempdir()
+    try:
+        files = sorted(os.path.join(folder, n) for n in os.listdir(folder) if _FILE_SEGMENT_NAME.fullmatch(n))
+    except OSError:
+        files = []
+    return names + files
+
+
+def segment_path(name: str) -> str:
+    """The file behind a segment's name (a file segment's name is already its path)."""
+    return os.path.join(SHM_DIR, name)   # join keeps an absolute name as it is
 
 
 def sweep(verbose: bool = False) -> list[str]:
-    """Unlink course segments whose creating process is dead; return their names."""
+    """Unlink course segments (file segments too) whose creating process is dead; return their names."""
     removed = []
     for name in list_segments():
         pid = creator_pid(name)
         if pid is not None and pid != os.getpid() and not _pid_alive(pid):
             try:
-                os.unlink(os.path.join(SHM_DIR, name))
+                os.unlink(segment_path(name))
                 removed.append(name)
-            except FileNotFoundError:
+            except (FileNotFoundError, PermissionError):   # gone meanwhile; another user's
                 pass
     if verbose:
         print(f"removed {len(removed)} stale segment(s)" + (": " + ", ".join(removed) if removed else ""))

@@ -304,7 +304,12 @@ def test_ctrl_c_while_spawn_workers_start_leaves_nothing_running(tmp_path, after
                 kept = exc  # as Jupyter keeps the last traceback (and so the half-built Cluster)
                 print("INTERRUPTED", flush=True)
             time.sleep(2.0)
-            alive = [p for p in seen if psutil.pid_exists(p)
+            def is_tracker(pid):     # seen between fork and exec, before its command line said so
+                try:
+                    return "resource_tracker" in " ".join(psutil.Process(pid).cmdline())
+                except psutil.Error:
+                    return False
+            alive = [p for p in seen if psutil.pid_exists(p) and not is_tracker(p)
                      and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
             print("SEEN", len(seen), "ALIVE", alive)
     """)

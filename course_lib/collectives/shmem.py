@@ -33,8 +33,6 @@ call (data and control together), broadcasts its name and unlinks it at the end.
 from __future__ import annotations
 
 import os
-import sys
-from multiprocessing import shared_memory
 
 import numpy as np
 
@@ -251,7 +249,6 @@ def _forget_released_workspaces():
 
 
 def _attach_untracked(name):
-    """Attach without registering with this process's resource tracker (see :mod:`course_lib.runtime.shm`)."""
-    if sys.version_info >= (3, 13):
-        return shared_memory.SharedMemory(name=name, track=False)
+    """Attach without registering with this process's resource tracker (see :mod:`course_lib.runtime.shm`,
+    which also opens the file-backed segments of a small /dev/shm)."""
     return shm._attach_untracked(name)

@@ -91,6 +91,8 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         self._links = links
         self._send_locks = {r: threading.Lock() for r in links}  # held while one message is written
         self._senders = {r: PeerSender(rank, r, functools.partial(self._write_queued, r)) for r in links}
+        self._read_locks = {r: threading.Lock() for r in links}  # held while one message is read
+        self._inbox = threading.RLock()  # guards _pending, _posted and the matching of arrivals
         self._control = control
         self._dead: set[int] = set()
         self._selector = None
@@ -118,6 +120,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         self._pending: deque[wire.Message] = deque()
         self._posted: list[_PostedRecv] = []  # irecvs not matched yet, in the order they were posted
         self._acked: set[int] = set()         # ids of my synchronous sends that were matched
+        self._readers = _Readers()  # which threads read the links (see "receiving")
         # plain Python counters per destination: cheaper per message than numpy items
         self._sent_bytes = [0] * self.size
         self._sent_msgs = [0] * self.size
@@ -163,13 +166,16 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
                                 "when the run ended")
 
     def _ready_blocking(self) -> list:
-        """Neighbours with bytes waiting, blocking until there is one (cancellable, as above)."""
+        """Neighbours with bytes waiting, blocking until there is one, in slices: the end of the
+        run can cancel the background thread, and once another thread receives too, the bytes
+        this one waits for may already have been read for it (then this returns [])."""
         nb = self._nb
-        if nb is None or threading.get_ident() != nb.ident:
-            return self._ready(None)
-        while not (ready := self._ready(CANCEL_POLL_S)):
-            if nb.cancelled.is_set():
+        in_background = nb is not None and nb.ident == threading.get_ident()
+        while not (ready := self._ready(CANCEL_POLL_S if self._readers.alone() else THREADED_WAIT_S)):
+            if in_background and nb.cancelled.is_set():
                 raise Cancelled(f"rank {self.rank}: a non-blocking collective was still waiting when the run ended")
+            if not self._readers.alone():
+                return []
         return ready
 
     @property
@@ -343,7 +349,8 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         msg = wire.Message(self._run_id, context, tag, 0.0, pickle.loads(body), len(body), len(body), sync_id,
                            _now())
         msg.source = self.rank
-        self._arrive(msg)
+        with self._inbox:
+            self._arrive(msg)
 
     def _new_sync_id(self) -> int:
         return next(self._sync_ids)
@@ -388,18 +395,30 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         return False
 
     # -- the engine: receiving (world ranks) ----------------------------------------------
+    # Any thread may receive (a threaded parameter server does). Each link is read by one thread
+    # at a time, holding its read lock while it reads one whole message and lets it arrive, so a
+    # sender's messages keep their order; _pending and _posted are guarded by _inbox. A thread
+    # alone in reading may block in a read (the common case: no system call added). Once a second
+    # thread has read (in this run), none waits for bytes holding a lock: each waits for bytes in
+    # slices of THREADED_WAIT_S and looks again in _pending, where another thread may have put its
+    # message. (Not "while two read": a thread that found itself alone and then waited for a
+    # link's read lock may find its message already read by a thread now gone.)
     def _match(self, source, tag, context, pop=True):
         self._check_no_pending("a receive")
-        for i, m in enumerate(self._pending):
-            if (source == ANY_SOURCE or m.source == source) and (tag == ANY_TAG or m.tag == tag) \
-                    and m.context == context:
-                if pop:
-                    del self._pending[i]
-                return m
+        if not self._pending:  # (a message another thread queues just now is found on the next look)
+            return None
+        with self._inbox:
+            for i, m in enumerate(self._pending):
+                if (source == ANY_SOURCE or m.source == source) and (tag == ANY_TAG or m.tag == tag) \
+                        and m.context == context:
+                    if pop:
+                        del self._pending[i]
+                    return m
         return None
 
     def _arrive(self, msg) -> None:
-        """A message has arrived: the first posted irecv that matches it takes it, else it waits."""
+        """A message has arrived: the first posted irecv that matches it takes it, else it waits.
+        (The caller holds ``_inbox``.)"""
         if self._posted:
             for i, posted in enumerate(self._posted):
                 if posted.matches(msg):
@@ -410,11 +429,35 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
                     return
         self._pending.append(msg)
 
-    def _read_one(self, peer: int) -> None:
-        """Read one message from ``peer`` and let it arrive."""
-        msg = self._read_message(peer)
+    def _read_one(self, peer: int, wait: bool = True) -> bool:
+        """Read one message from ``peer`` and let it arrive; return whether one was read.
+
+        With ``wait``, a thread alone in a receive blocks until the message comes; otherwise
+        this reads only bytes that are there (waiting THREADED_WAIT_S for them with ``wait``)
+        and gives up if another thread is reading the link (see the section's comment)."""
+        self._readers.note()
+        lock = self._read_locks[peer]
+        if wait and self._readers.alone():
+            with lock:
+                if self._readers.alone():  # no other thread could take my message meanwhile
+                    self._take(self._read_message(peer))
+                    return True
+        conn, slice_s = self._links[peer], (THREADED_WAIT_S if wait else 0)
+        if not conn.poll(slice_s) or not lock.acquire(True, slice_s):
+            return False
+        try:
+            if not conn.poll(0):  # another thread read them first
+                return False
+            self._take(self._read_message(peer))
+            return True
+        finally:
+            lock.release()
+
+    def _take(self, msg) -> None:
+        """Let a message read from a link arrive (the caller holds that link's read lock)."""
         if msg is not None:
-            self._arrive(msg)
+            with self._inbox:
+                self._arrive(msg)
 
     def _read_message(self, peer: int):
         """Read one message from ``peer``: None if it was an acknowledgement or a straggler."""
@@ -456,12 +499,12 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
 
     def _drain_available(self) -> None:
         for peer in self._ready(0):
-            self._read_one(peer)
+            self._read_one(peer, wait=False)
 
     def _progress(self, timeout: float) -> None:
         """Read whatever arrives within ``timeout`` seconds (used while waiting on many requests)."""
         for peer in self._ready(timeout):
-            self._read_one(peer)
+            self._read_one(peer, wait=False)
 
     def _read_from(self, source: int, block: bool, until=None) -> bool:
         """Read from ``source`` (a world rank or ANY_SOURCE): if ``block``, one message (or one
@@ -472,8 +515,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
                 self._drain_available()
             elif source in self._links and source not in self._dead:
                 # only this link: a dead *other* neighbour must not disturb a poll of this one
-                while self._links[source].poll(0):
-                    self._read_one(source)
+                while self._links[source].poll(0) and self._read_one(source, wait=False):
                     if until is not None and until():
                         return True
             return until is not None and until()
@@ -511,13 +553,14 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
     def _post_recv(self, source: int, tag: int, context: int) -> _PostedRecv:
         """irecv: take a waiting message now, or queue the receive for the next one that matches."""
         posted = _PostedRecv(source, tag, context)
-        msg = self._match(source, tag, context)
-        if msg is not None:
-            posted.msg = msg
-            if msg.sync_id is not None:
-                self._acknowledge(msg)
-        else:
-            self._posted.append(posted)
+        with self._inbox:  # a message read meanwhile by another thread goes to the posted receive
+            msg = self._match(source, tag, context)
+            if msg is None:
+                self._posted.append(posted)
+                return posted
+        posted.msg = msg
+        if msg.sync_id is not None:
+            self._acknowledge(msg)
         return posted
 
     def _posted_done(self, posted: _PostedRecv, block: bool) -> bool:
@@ -563,17 +606,11 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         return msg
 
     def _wait_for_match(self, source: int, tag: int, context: int):
-        if not self._pending and not self._posted and source in self._links and source not in self._dead:
-            # The common case: nothing queued, one named source. Its next message is
-            # returned straight away if it matches (no other message could match first).
-            msg = self._read_message(source)
-            if msg is not None and (tag == ANY_TAG or msg.tag == tag) and msg.context == context:
-                if msg.sync_id is not None:
-                    self._acknowledge(msg)
-                return msg
-            if msg is not None:
-                self._arrive(msg)
-        msg = self._match(source, tag, context)
+        msg = None
+        if not self._pending and not self._posted and source in self._links:  # (checked first: cheap)
+            msg = self._direct_read(source, tag, context)
+        if msg is None:
+            msg = self._match(source, tag, context)
         while msg is None:
             self._read_from(source, block=True)
             msg = self._match(source, tag, context)
@@ -581,8 +618,53 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
             self._acknowledge(msg)
         return msg
 
+    def _direct_read(self, source: int, tag: int, context: int):
+        """The common case: one thread receiving, nothing queued, one named source (the caller
+        checked the last two). Its next message is returned straight away if it matches (no
+        other message could match first); None otherwise (then it has arrived in ``_pending``)."""
+        self._readers.note()
+        if source in self._dead or not self._readers.alone():
+            return None
+        with self._read_locks[source]:
+            if self._pending or not self._readers.alone():  # changed while waiting for the lock
+                return None
+            msg = self._read_message(source)
+            if msg is not None and (tag == ANY_TAG or msg.tag == tag) and msg.context == context:
+                return msg
+            self._take(msg)
+        return None
+
 
 _now = time.perf_counter
+
+#: Seconds a thread waits for bytes before looking again for its message, while other threads
+#: receive too (one of them may have read it).
+THREADED_WAIT_S = 0.002
+
+
+class _Readers:
+    """Which threads read the links in this run: ``note()`` before every read. The first thread
+    to read is alone until another reads too (at once or later); from then on ``alone()`` is
+    False until the run ends (see the receiving section of Comm for why it never goes back)."""
+
+    __slots__ = ("first", "_threaded", "_lock")
+
+    def __init__(self):
+        self.first: int | None = None
+        self._threaded = False
+        self._lock = threading.Lock()
+
+    def note(self) -> None:
+        me = threading.get_ident()
+        if me != self.first:
+            with self._lock:  # two threads reading first at once: one of them is the other
+                if self.first is None:
+                    self.first = me
+                elif self.first != me:
+                    self._threaded = True  # set before this thread reads a byte
+
+    def alone(self) -> bool:
+        return not self._threaded
 
 
 def _sleep_until(t: float, spin: bool = True) -> None:

@@ -120,8 +120,9 @@ ALLOWED_STATE = {
     # The shared-memory segments this process created or attached: operating-system resources
     # belong to the process (as in Python's own resource tracker), whatever object opened them.
     # (_for_parent: per thread, set while a worker pickles its result for the parent.)
+    # (_fell_back: a small /dev/shm's fallback to files is said once per process.)
     "runtime.shm": {"_owned", "_attached", "_kept_for_views", "_inherited", "_detach_later", "_release_listeners",
-                    "_instances", "_for_parent"},
+                    "_instances", "_for_parent", "_fell_back"},
     # Registries filled once, at import, by the modules that register into them.
     "runtime.collective_api": {"_EXTENSIONS"},
     "grading.registry": {"_REGISTRY", "_PENDING_HIDDEN", "_LOADED_HIDDEN"},

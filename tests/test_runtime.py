@@ -655,3 +655,21 @@ def test_progress_reaches_the_parent_as_a_bar(capfd):
     assert res.progress == {0: (10, 10), 1: (10, 10)}  # the last report always arrives
     err = capfd.readouterr().err
     assert "steps" in err and "/20" in err  # tqdm drew a bar over both ranks' steps
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_a_long_temporary_folder_does_not_stop_the_workers_meeting(tmp_path, start_method):
+    """Workers listen on Linux's abstract socket names, not on files in TMPDIR: with a 100-byte TMPDIR the
+    socket paths passed their 107-byte limit ('AF_UNIX path too long'). Python 3.11's own forkserver still
+    binds a socket there, so forkserver is left out."""
+    import subprocess
+    import sys
+
+    long_dir = tmp_path / ("t" * max(1, 100 - len(str(tmp_path))))
+    long_dir.mkdir()
+    program = ("from course_lib import Cluster\n"
+               f"with Cluster(3, start_method={start_method!r}) as c:\n"
+               "    print(c.run(lambda comm: comm.allreduce(comm.rank)))\n")
+    r = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, TMPDIR=str(long_dir)))
+    assert r.returncode == 0 and r.stdout.strip() == "[3, 3, 3]", r.stderr[-2000:]

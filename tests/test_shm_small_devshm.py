@@ -10,6 +10,7 @@ too), so the machine's own /dev/shm and /tmp are never touched.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -49,13 +51,19 @@ def report(**values):
 """
 
 
+def short_tmp(tmp_path) -> Path:
+    """The test's private TMPDIR, on a short path: Python 3.11's forkserver binds a socket in TMPDIR,
+    and a socket path has at most 107 bytes, which pytest's temporary folders under xdist exceed."""
+    return Path("/tmp") / f"cs-{hashlib.sha1(str(tmp_path).encode()).hexdigest()[:12]}"
+
+
 def in_small_shm(tmp_path, body: str, shm_mb: int = 64, tmp_mb: int | None = None, timeout: float = 90):
     """Run ``body`` (after PRELUDE; it defines ``main()``) with a ``shm_mb`` MB /dev/shm and a
     private TMPDIR (a ``tmp_mb`` MB tmpfs if given); return the process and what it reported.
 
     The program runs in a session of its own, killed whole at the end: workers orphaned by a
     parent that SIGBUS killed must not outlive the test (nor hold its output pipe open)."""
-    tmp = tmp_path / "tmp"
+    tmp = short_tmp(tmp_path)
     tmp.mkdir()
     script = tmp_path / "program.py"
     script.write_text(PRELUDE.format(repo=str(REPO)) + textwrap.dedent(body)
@@ -78,6 +86,7 @@ def in_small_shm(tmp_path, body: str, shm_mb: int = 64, tmp_mb: int | None = Non
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        shutil.rmtree(tmp, ignore_errors=True)
     r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     reports = [json.loads(line[len("REPORT "):]) for line in out.splitlines() if line.startswith("REPORT ")]
     return r, {k: v for rep in reports for k, v in rep.items()}
@@ -116,7 +125,7 @@ def main():
 def test_a_share_larger_than_dev_shm_lives_in_a_file_that_workers_attach(tmp_path, start_method):
     r, rep = in_small_shm(tmp_path, SHARE_100_MIB.format(method=start_method))
     assert r.returncode == 0, explain(r)
-    tmp = str(tmp_path / "tmp")
+    tmp = str(short_tmp(tmp_path))
     assert rep["name"].startswith(tmp + "/course_") and rep["second"].startswith(tmp + "/course_"), rep
     assert len(rep["while_open"]["tmp"]) == 2, rep
     assert rep["sums"] == rep["expected"], rep
@@ -145,7 +154,7 @@ def test_what_fits_stays_in_dev_shm_and_the_rest_goes_to_a_file(tmp_path):
     """)
     assert r.returncode == 0, explain(r)
     assert "/" not in rep["small"] and rep["quiet"] == 0, rep
-    assert rep["big"].startswith(str(tmp_path / "tmp")), rep
+    assert rep["big"].startswith(str(short_tmp(tmp_path))), rep
     assert rep["sums"] == [40 * MIB // 8, 2 * 40 * MIB // 8] and rep["said"] == 1, rep
     assert len(rep["open"]["dev_shm"]) == 1 and len(rep["open"]["tmp"]) == 1, rep
     assert rep["after"] == {"dev_shm": [], "tmp": []}, rep
@@ -170,7 +179,7 @@ def test_no_room_anywhere_raises_an_oserror_naming_dev_shm_its_size_and_the_fix(
         assert got is not None, rep
         is_enospc, msg = got
         assert is_enospc, msg
-        for words in ["/dev/shm", "64", "100", "--shm-size", str(tmp_path / "tmp")]:
+        for words in ["/dev/shm", "64", "100", "--shm-size", str(short_tmp(tmp_path))]:
             assert words in msg, (words, msg)
     assert rep["left"] == {"dev_shm": [], "tmp": []}, rep
 
@@ -189,7 +198,7 @@ def test_dev_shm_filled_after_the_check_falls_back_instead_of_sigbus(tmp_path):
             report(after=leftovers())
     """)
     assert r.returncode == 0, explain(r)
-    assert rep["name"].startswith(str(tmp_path / "tmp")), rep
+    assert rep["name"].startswith(str(short_tmp(tmp_path))), rep
     assert rep["total"] == 3.0 * (100 * MIB // 8) and rep["said"] == 1, rep
     assert rep["open"] == {"dev_shm": [], "tmp": [os.path.basename(rep["name"])]}, rep
     assert rep["after"] == {"dev_shm": [], "tmp": []}, rep
@@ -214,7 +223,7 @@ def test_a_killed_creator_s_file_segment_is_swept(tmp_path):
             report(swept=cleaner.stdout + cleaner.stderr, after=leftovers())
     """)
     assert r.returncode == 0, explain(r)
-    assert rep["child"] == -9 and rep["name"].startswith(str(tmp_path / "tmp")), rep
+    assert rep["child"] == -9 and rep["name"].startswith(str(short_tmp(tmp_path))), rep
     assert rep["listed"] and len(rep["left"]["tmp"]) == 1, rep
     assert os.path.basename(rep["name"]) in rep["swept"], rep
     assert rep["after"] == {"dev_shm": [], "tmp": []}, rep
@@ -246,6 +255,6 @@ def test_shared_memory_allreduce_works_in_file_segments(tmp_path, start_method):
     other workers attach to them."""
     r, rep = in_small_shm(tmp_path, SHM_ALLREDUCE.format(method=start_method))
     assert r.returncode == 0, explain(r)
-    assert "/" not in rep["filler"] and rep["workspace"].startswith(str(tmp_path / "tmp")), rep
+    assert "/" not in rep["filler"] and rep["workspace"].startswith(str(short_tmp(tmp_path))), rep
     assert rep["results"] == [[3.0] * 4] * 2, rep
     assert rep["after"] == {"dev_shm": [], "tmp": []}, rep

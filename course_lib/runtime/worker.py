@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -51,9 +52,19 @@ def _close_inherited(inherited) -> None:
             pass
 
 
+def _listen_address(family: str):
+    """Where a worker listens for its peers. On Linux, a name in the abstract socket namespace: no
+    file, so nothing to clean up and no length limit from the temporary folder (a socket path has
+    at most 107 bytes, which a long TMPDIR, such as a test's, exceeded). Peers still prove they know
+    the authkey. Elsewhere multiprocessing's default, a file in the temporary folder."""
+    if family == "AF_UNIX" and sys.platform.startswith("linux"):
+        return "\0course-" + secrets.token_hex(12)
+    return None
+
+
 def _connect_mesh(rank: int, control) -> dict:
     family = "AF_PIPE" if sys.platform == "win32" else "AF_UNIX"
-    listener = Listener(family=family, backlog=128, authkey=mp.current_process().authkey)
+    listener = Listener(_listen_address(family), family=family, backlog=128, authkey=mp.current_process().authkey)
     control.send(Listening(listener.address))
     wiring = control.recv()
     assert isinstance(wiring, WireUp), wiring

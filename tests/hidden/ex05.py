@@ -168,8 +168,8 @@ def loop(fn, when, **run):
     """:func:`check_sgd_loop`, its failure named by the case and by the variant (depend) that failed."""
     try:
         check_sgd_loop(fn, **run)
-    except AssertionError as exc:
-        text = str(exc)
+    except AssertionError as failure:
+        text = str(failure)
         variant = ("with depend=True (the next pull leaves once push t is acknowledged and the clock is advanced)"
                    if "depend=True" in text else
                    "with depend=False (the next pull leaves before the gradient of t, and is waited for only at "

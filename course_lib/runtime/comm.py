@@ -26,6 +26,7 @@ import functools
 import itertools
 import logging
 import pickle
+import select
 import selectors
 import sys
 import threading
@@ -46,9 +47,11 @@ from .p2p import PointToPoint, Request, Status, as_rank
 from .shm_sync import usable_cpus
 from .trace import Stats, Tracer
 
-__all__ = ["ANY_SOURCE", "ANY_TAG", "PROC_NULL", "Comm", "PeerLost", "Request", "Status", "Deadlock"]
+__all__ = ["ANY_SOURCE", "ANY_TAG", "PROC_NULL", "Comm", "PeerLost", "PeerReturned", "Request", "Status",
+           "Deadlock"]
 
 ACK_CONTEXT = -1  # acknowledgements of synchronous sends (user and collective contexts are >= 0)
+RETURNED_CONTEXT = -2  # a rank's last message of a run: its function returned, nothing more will come
 
 
 class PeerLost(ConnectionError):
@@ -57,6 +60,18 @@ class PeerLost(ConnectionError):
     def __init__(self, rank: int, during: str = "recv"):
         super().__init__(f"rank {rank} is gone (its Pipe closed during {during})")
         self.rank = rank
+
+
+class PeerReturned(RuntimeError):
+    """A receive waits for ranks whose function has returned: nothing more can come from them.
+    ``.ranks`` names them."""
+
+    def __init__(self, rank: int, ranks: list[int], waiting_for: str):
+        names = ", ".join(f"rank {r}" for r in ranks)
+        its, it = ("its", "it") if len(ranks) == 1 else ("their", "them")
+        super().__init__(f"rank {rank} waits in {waiting_for} for {names}, which returned from {its} function "
+                         f"(what was sent before returning was delivered); nothing more can come from {it}")
+        self.ranks = ranks
 
 
 class Deadlock(RuntimeError):
@@ -120,6 +135,7 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         self._pending: deque[wire.Message] = deque()
         self._posted: list[_PostedRecv] = []  # irecvs not matched yet, in the order they were posted
         self._acked: set[int] = set()         # ids of my synchronous sends that were matched
+        self._returned: set[int] = set()      # neighbours whose function returned in this run
         self._readers = _Readers()  # which threads read the links (see "receiving")
         # plain Python counters per destination: cheaper per message than numpy items
         self._sent_bytes = [0] * self.size
@@ -147,7 +163,23 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         problems = [p for sender in self._senders.values() for p in sender.finish(0.0 if failing else SEND_DRAIN_S)]
         if problems and not failing:
             raise UnfinishedSends(f"rank {self.rank}: " + "; ".join(problems) + ". wait() for every isend request")
+        if not failing:  # (a failing worker exits: its peers get PeerLost)
+            self._announce_return()
         return unfinished
+
+    def _announce_return(self) -> None:
+        """Tell every neighbour that this rank's function returned, so a rank still waiting for it
+        fails at once (PeerReturned) instead of at the run's timeout. Only where the note cannot
+        block (a Pipe the peer has not emptied: it is far behind and finds out at the timeout)."""
+        for peer, conn in self._links.items():
+            if peer in self._dead or not hasattr(conn, "fileno"):
+                continue
+            with self._send_locks[peer]:
+                try:
+                    if select.select([], [conn], [], 0)[1]:
+                        wire.send(conn, self._run_id, RETURNED_CONTEXT, 0, None)
+                except (OSError, ValueError):  # the peer is gone: nobody to tell
+                    self._mark_dead(peer)
 
     def _check_no_pending(self, what: str) -> None:
         if self._nb is not None:
@@ -388,6 +420,8 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
                                "receive matches it; post an irecv first (MPI would block forever)")
             if dest in self._dead:
                 raise PeerLost(dest, "ssend")
+            if dest in self._returned:
+                raise PeerReturned(self.rank, [dest], "a synchronous send")
             self._read_from(ANY_SOURCE, block=True)
         if sync_id in self._acked:
             self._acked.discard(sync_id)
@@ -472,6 +506,9 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         if msg.context == ACK_CONTEXT:
             self._acked.add(msg.obj)
             return None
+        if msg.context == RETURNED_CONTEXT:  # the last message from peer in this run
+            self._returned.add(peer)
+            return None
         msg.source, msg.read_end = peer, _now()
         if self._downlink is not None and msg.ready_at:  # the emulated network stamped it
             # my downlink takes it after the messages read before it (incast, see netem.py)
@@ -509,7 +546,8 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
     def _read_from(self, source: int, block: bool, until=None) -> bool:
         """Read from ``source`` (a world rank or ANY_SOURCE): if ``block``, one message (or one
         round of the ready links); else whatever is there now, stopping early once ``until()``.
-        Raises Deadlock / PeerLost when nothing can ever arrive. Returns whether ``until()``."""
+        Raises Deadlock / PeerLost / PeerReturned when nothing can ever arrive. Returns whether
+        ``until()``."""
         if not block:
             if source == ANY_SOURCE or self._posted:
                 self._drain_available()
@@ -519,22 +557,32 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
                     if until is not None and until():
                         return True
             return until is not None and until()
-        if source == self.rank:
-            raise Deadlock(f"rank {self.rank}: receive from itself, but no matching message was sent to "
-                           "itself (MPI would block forever)")
-        if source != ANY_SOURCE and source in self._dead:
-            raise PeerLost(source)
+        self._check_something_can_come(source)
         if source != ANY_SOURCE and not self._posted:
             self._read_one(source)  # a blocking read: the time until bytes arrive is "wait"
             return until is not None and until()
         # Any link: with irecvs posted, a message from another rank may be the one they wait for.
+        for peer in self._ready_blocking():
+            self._read_one(peer)
+        return until is not None and until()
+
+    def _check_something_can_come(self, source: int) -> None:
+        """Raise if no message can ever come from ``source`` (a world rank or ANY_SOURCE)."""
+        if source == self.rank:
+            raise Deadlock(f"rank {self.rank}: receive from itself, but no matching message was sent to "
+                           "itself (MPI would block forever)")
+        if source != ANY_SOURCE:
+            if source in self._dead:
+                raise PeerLost(source)
+            if source in self._returned:
+                raise PeerReturned(self.rank, [source], "a receive")
+            return
         if not self._links:
             raise Deadlock(f"rank {self.rank}: nothing can arrive (no other rank, nothing sent to myself)")
         if len(self._dead) == len(self._links):
             raise PeerLost(-1, "recv: no live neighbour left")
-        for peer in self._ready_blocking():
-            self._read_one(peer)
-        return until is not None and until()
+        if self._returned and len(self._dead | self._returned) == len(self._links):
+            raise PeerReturned(self.rank, sorted(self._returned), "a receive from any source")
 
     def _peek(self, source: int, tag: int, context: int, block: bool):
         """The message a receive would take now, without taking it (None if none, unless ``block``)."""

@@ -1,0 +1,75 @@
+"""A rank whose function returns while others wait for it in a receive or a collective makes them
+fail within 2 s with an error naming the rank that left (before: a hang until the run's timeout).
+
+Each time is judged against a baseline measured in the same test (a run that does nothing), so
+the promise holds on a loaded machine. Under fork, spawn and forkserver. (The barrier is served
+by the launching process and is not covered here.)
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from course_lib import ANY_SOURCE, Cluster, WorkerError
+
+from runtime_checks import assert_clean
+
+METHODS = ["fork", "spawn", "forkserver"]
+RUN_TIMEOUT = 20  # before the fix, every case here hung until this timeout
+
+
+@pytest.fixture(scope="module", params=METHODS)
+def cluster(request):
+    with Cluster(3, start_method=request.param, timeout=RUN_TIMEOUT) as c:
+        yield c
+    assert_clean()
+
+
+def nothing(comm):
+    return None
+
+
+def rank0_leaves_others_receive(comm):
+    if comm.rank == 0:
+        comm.send("before leaving", dest=1)
+        return "left"
+    if comm.rank == 1:
+        assert comm.recv(source=0) == "before leaving"  # what was sent before leaving still arrives
+    comm.recv(source=0)
+
+
+def rank0_leaves_others_allreduce(comm):
+    if comm.rank == 0:
+        return "left"
+    comm.allreduce(np.ones(1000))
+
+
+def only_rank1_stays_receiving_any(comm):
+    if comm.rank != 1:
+        return "left"
+    comm.recv(source=ANY_SOURCE)
+
+
+def _failure_time(cluster, fn) -> tuple[str, float, float]:
+    start = time.perf_counter()
+    cluster.run(nothing)
+    baseline = time.perf_counter() - start
+    start = time.perf_counter()
+    with pytest.raises(WorkerError) as info:
+        cluster.run(fn)
+    return str(info.value), time.perf_counter() - start, baseline
+
+
+@pytest.mark.parametrize("fn", [rank0_leaves_others_receive, rank0_leaves_others_allreduce])
+def test_waiting_for_a_rank_that_returned_fails_naming_it(cluster, fn):
+    text, elapsed, baseline = _failure_time(cluster, fn)
+    assert "rank 0" in text and "returned" in text, text
+    assert elapsed < baseline + 2.0, (elapsed, baseline)
+
+
+def test_any_source_with_every_neighbour_gone_fails_naming_them(cluster):
+    text, elapsed, baseline = _failure_time(cluster, only_rank1_stays_receiving_any)
+    assert "rank 0" in text and "rank 2" in text and "returned" in text, text
+    assert elapsed < baseline + 2.0, (elapsed, baseline)

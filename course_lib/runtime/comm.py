@@ -19,6 +19,12 @@ Synchronous sends (``ssend``/``issend``) carry an id; the receiver, once it has 
 such a message, sends the id back in the :data:`ACK_CONTEXT`. Acknowledgements are not
 user messages: they are not counted in ``bytes``/``messages``, only in ``header_bytes``
 of the rank that sends them. Sends to yourself never touch a Pipe and are not counted.
+
+``isend``/``issend`` never block: each peer's messages are queued and written by a sender
+thread (:class:`nonblocking.PeerSender`). Any thread may receive: each link is read by one
+thread at a time (see the receiving section). When a rank's function returns, it writes a
+last note in the :data:`RETURNED_CONTEXT` to each neighbour, so a rank still waiting for it
+raises :class:`PeerReturned` at once instead of waiting for the run's timeout.
 """
 from __future__ import annotations
 

@@ -65,6 +65,8 @@ SCRIPT = textwrap.dedent('''
             seen["send to self"] = comm.recv(source=r, tag=4).x == 7
             got = comm.bcast(Push(99, np.arange(2)) if r == 0 else None, root=0)
             seen["bcast"] = isinstance(got, Push) and got.step == 99
+            got = comm.bcast(Push(98, np.arange(2)) if r == 0 else None, root=0, algorithm="scatter_allgather")
+            seen["bcast, scatter_allgather"] = isinstance(got, Push) and got.step == 98
             got = comm.scatter([Pair(i, i * i) for i in range(p)] if r == 0 else None, root=0)
             seen["scatter"] = got == Pair(r, r * r)
             got = comm.gather(Pair(r, r * r), root=0)
@@ -97,6 +99,7 @@ def test_classes_defined_in_main_travel_through_every_call(start_method, when, t
     failed = {(rank, call) for rank, seen in enumerate(per_rank) for call, ok in seen.items() if not ok}
     assert not failed
     assert set(per_rank[1]) >= {"send/recv", "isend/irecv", "sendrecv", "ssend", "send to self", "bcast",
+                                "bcast, scatter_allgather",
                                 "scatter", "gather", "allgather", "alltoall", "reduce", "allreduce", "scan",
                                 "exscan"}
 

@@ -16,6 +16,7 @@ import pickle
 
 import numpy as np
 
+from ..runtime import wire
 from ..runtime.registry import Algorithm
 from ._p2p import (
     TrafficCount,
@@ -114,7 +115,7 @@ def scatter_contiguous(t, flat, root, kind=0, shape=()):
 def _to_flat(obj):
     if is_array(obj):
         return np.ascontiguousarray(obj).reshape(-1), 0, obj.shape
-    return np.frombuffer(pickle.dumps(obj, protocol=5), dtype=np.uint8), 1, ()
+    return np.frombuffer(wire.dumps(obj), dtype=np.uint8), 1, ()   # a __main__ class travels too
 
 
 def bcast_scatter_allgather(t, obj, root=0):

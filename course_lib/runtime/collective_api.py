@@ -33,6 +33,7 @@ import numpy as np
 
 from . import registry
 from .constants import ANY_TAG
+from .mpi_errors import ERR_ROOT, MPIError
 from .ops import SUM, Op, as_op
 
 WORLD_COLL_CONTEXT = 1          # context of the world communicator's collective traffic
@@ -189,8 +190,8 @@ class CollectivesMixin:
 
     def _check_root(self, root, name):
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
-            raise ValueError(f"rank {self.rank}: {name}: root={root!r} is not a rank of this communicator "
-                             f"(0..{self.size - 1})")
+            raise MPIError(ERR_ROOT, f"rank {self.rank}: {name}: root={root!r} is not a rank of this communicator "
+                                     f"(0..{self.size - 1})")
         return int(root)
 
     def _pick(self, name, algorithm):

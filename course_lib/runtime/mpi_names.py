@@ -15,10 +15,12 @@ import time
 
 from .comm import Comm, Deadlock, PeerLost
 from .constants import ANY_SOURCE, ANY_TAG, MAX_TAG, PROC_NULL, UNDEFINED
-from .ops import MAX, MAXLOC, MIN, MINLOC, PROD, SUM, Op
+from .mpi_errors import ERR_ROOT, MPIError
+from .ops import MAX, MAXLOC, MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM, Op
 from .p2p import Request, Status
 
 Intracomm = Comm
+Exception = MPIError  # noqa: A001 - mpi4py's name: MPI.Exception
 COMM_NULL = None      # what Split(color=UNDEFINED) and Create_group return to non-members
 REQUEST_NULL = None
 SUCCESS = 0
@@ -48,6 +50,39 @@ def Wtime() -> float:
     return time.perf_counter()
 
 
+#: The MPI standard whose object interface this follows (mpi4py's ``MPI.Get_version()``): a feature
+#: of a later standard raises NotImplementedError, which mpi4py's own tests accept below this version.
+VERSION = (3, 1)
+
+
+THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
+#: What a worker's communicator allows threads to do (MPI_Query_thread).
+THREAD_LEVEL = THREAD_MULTIPLE   # receives from several threads work (a read lock per link)
+
+
+def Query_thread() -> int:
+    """The thread level of this process's communicators (mpi4py's ``MPI.Query_thread()``)."""
+    return THREAD_LEVEL
+
+
+def Get_version() -> tuple[int, int]:
+    """(major, minor) of the MPI standard this namespace follows (MPI_Get_version)."""
+    return VERSION
+
+
+def get_vendor() -> tuple[str, tuple[int, int, int]]:
+    """mpi4py's ``MPI.get_vendor()``: who implements MPI here, and its version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        parts = [int(x) for x in version("course_lib").split(".")[:3] if x.isdigit()]
+    except PackageNotFoundError:
+        parts = []
+    return "course_lib", tuple((parts + [0, 0, 0])[:3])
+
+
 __all__ = ["ANY_SOURCE", "ANY_TAG", "PROC_NULL", "UNDEFINED", "TAG_UB", "COMM_NULL", "REQUEST_NULL", "SUCCESS",
            "Status", "Request", "Comm", "Intracomm", "Datatype", "BYTE", "CHAR", "INT", "LONG", "INT64_T", "FLOAT",
-           "DOUBLE", "SUM", "PROD", "MAX", "MIN", "MAXLOC", "MINLOC", "Op", "Wtime", "PeerLost", "Deadlock"]
+           "DOUBLE", "SUM", "PROD", "MAX", "MIN", "MAXLOC", "MINLOC", "Op", "Wtime", "PeerLost", "Deadlock",
+           "Get_version", "get_vendor", "Exception", "ERR_ROOT", "REPLACE", "NO_OP", "OP_NULL",
+           "Query_thread", "THREAD_SINGLE", "THREAD_FUNNELED", "THREAD_SERIALIZED", "THREAD_MULTIPLE"]

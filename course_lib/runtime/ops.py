@@ -21,7 +21,7 @@ import operator
 
 import numpy as np
 
-__all__ = ["Op", "SUM", "PROD", "MAX", "MIN", "MAXLOC", "MINLOC", "MEAN", "as_op"]
+__all__ = ["Op", "SUM", "PROD", "MAX", "MIN", "MAXLOC", "MINLOC", "MEAN", "REPLACE", "NO_OP", "OP_NULL", "as_op"]
 
 
 class Op:
@@ -133,7 +133,26 @@ MAXLOC = Op(_maxloc, True, "maxloc")
 MINLOC = Op(_minloc, True, "minloc")
 MEAN = Op(_sum, True, "mean", finalize=_mean_final)
 
-_BUILTIN = (SUM, PROD, MAX, MIN, MAXLOC, MINLOC, MEAN)
+
+def _replace(a, b):
+    return b
+
+
+def _no_op(a, b):
+    return a
+
+
+def _op_null(a, b):
+    raise ValueError("MPI.OP_NULL is the absence of an operation: pass a reduction op (MPI.SUM, ...)")
+
+
+# MPI's REPLACE and NO_OP (one-sided in MPI, a reduction for mpi4py's objects): the value of the last
+# rank, or of the first, so they keep the rank order.
+REPLACE = Op(_replace, False, "replace")
+NO_OP = Op(_no_op, False, "no_op")
+OP_NULL = Op(_op_null, False, "op_null")
+
+_BUILTIN = (SUM, PROD, MAX, MIN, MAXLOC, MINLOC, MEAN, REPLACE, NO_OP, OP_NULL)
 _BY_NAME = {op.name: op for op in _BUILTIN}
 
 

@@ -23,6 +23,8 @@ complete only once the receiver has matched the message.
 from __future__ import annotations
 
 import operator
+import warnings
+from numbers import Integral
 
 from . import wire
 from .constants import ANY_SOURCE, ANY_TAG, MAX_TAG, PROC_NULL, UNDEFINED
@@ -68,10 +70,25 @@ def _as_int(value, what: str) -> int:
         raise ValueError(f"{what} must be an int in [0, {MAX_TAG}), got {value!r}") from None
 
 
-def _check_recv_buf(buf) -> None:
-    if buf is not None and not isinstance(buf, (bytearray, memoryview)):
-        # mpi4py's first positional argument is a buffer; catch recv(1) meaning recv(source=1).
-        raise TypeError("recv(source) must be given by keyword: comm.recv(source=1)")
+def _check_recv_buf(buf, warn: bool = False, source: int | None = None) -> None:
+    """mpi4py's ``buf``: None, a writable buffer, or an int (the size of the buffer to allocate).
+    course_lib needs no buffer and ignores it. ``recv`` with one warns, as mpi4py 4 does ("the 'buf'
+    argument is deprecated"), and says where the source goes: ``comm.recv(1)`` receives from any
+    source, not from rank 1, in mpi4py as here."""
+    if buf is None:
+        return
+    if warn and isinstance(buf, Integral) and source == ANY_SOURCE:
+        # recv(1) meant recv(source=1) far more often than "any source, into a buffer of 1 byte",
+        # and it would wait for anyone (in mpi4py too): say so at once instead.
+        raise TypeError(f"comm.recv({buf!r}) takes {buf!r} as a buffer size (mpi4py's first argument) and receives "
+                        f"from any source; give the source by keyword: comm.recv(source={buf!r})")
+    if isinstance(buf, bool) or not isinstance(buf, (bytearray, memoryview, Integral)):
+        raise TypeError(f"recv's first argument is a receive buffer (mpi4py: a bytearray or a size), got "
+                        f"{type(buf).__name__}; the source is the second: comm.recv(source=1)")
+    if warn:
+        warnings.warn("the 'buf' argument is deprecated (mpi4py); course_lib ignores it. The source is the second "
+                      "argument: comm.recv(1) receives from any source, comm.recv(source=1) from rank 1.",
+                      UserWarning, stacklevel=3)
 
 
 # -- Status ------------------------------------------------------------------------------------
@@ -188,17 +205,24 @@ class _SendOp(_Operation):
 
     def __init__(self, engine, handle, dest: int, sync_id: int | None):
         self.engine, self._handle, self._dest, self._sync_id = engine, handle, dest, sync_id
+        self._done = False   # the engine hands over a synchronous send's ack once: remember it
 
     def poll(self) -> bool:
+        if self._done:
+            return True
         if not self._handle.test():
             return False
         self._handle.wait()  # re-raises what the background send hit (e.g. PeerLost)
-        return self._sync_id is None or self.engine._ack_arrived(self._sync_id, self._dest, block=False)
+        self._done = self._sync_id is None or self.engine._ack_arrived(self._sync_id, self._dest, block=False)
+        return self._done
 
     def block(self) -> None:
+        if self._done:
+            return
         self._handle.wait()
         if self._sync_id is not None:
             self.engine._ack_arrived(self._sync_id, self._dest, block=True)
+        self._done = True
 
 
 class _RecvOp(_Operation):
@@ -256,6 +280,37 @@ class Request:
 
     def _done_now(self) -> bool:
         return self._op is None or self._op.poll()
+
+    # mpi4py's capitalized spellings (MPI's own names): Wait and Test return no object.
+    def Wait(self, status: Status | None = None) -> bool:
+        self.wait(status)
+        return True
+
+    def Test(self, status: Status | None = None) -> bool:
+        return self.test(status)[0]
+
+    def get_status(self, status: Status | None = None) -> bool:
+        """Whether the operation is complete, without completing the request (MPI_Request_get_status)."""
+        if self._op is None:
+            _fill_empty(status)
+            return True
+        if not self._op.poll():
+            return False
+        if status is not None:
+            self._op.fill(status)
+        return True
+
+    Get_status = get_status
+
+    def cancel(self) -> None:
+        """MPI_Cancel: course_lib never cancels, which MPI allows (a cancel may fail): the operation
+        completes as if it had not been called, and its status says it was not cancelled."""
+
+    Cancel = cancel
+
+    def Free(self) -> None:
+        """MPI_Request_free: this handle becomes inactive; the operation goes on by itself."""
+        self._op = None
 
     def __bool__(self):  # an inactive request is false, like mpi4py's REQUEST_NULL
         return self._op is not None
@@ -315,6 +370,35 @@ class Request:
         return done, [requests[i]._finish(statuses[k] if statuses else None) for k, i in enumerate(done)]
 
 
+def _capitalized(request_cls) -> None:
+    """mpi4py's ``Request.Waitall``, ``Testall``, ...: MPI's spellings, which return no objects."""
+    def Waitall(requests, statuses=None) -> bool:
+        request_cls.waitall(requests, statuses)
+        return True
+
+    def Testall(requests, statuses=None) -> bool:
+        return request_cls.testall(requests, statuses)[0]
+
+    def Waitany(requests, status=None) -> int:
+        return request_cls.waitany(requests, status)[0]
+
+    def Testany(requests, status=None) -> tuple[int, bool]:
+        index, flag, _ = request_cls.testany(requests, status)
+        return index, flag
+
+    def Waitsome(requests, statuses=None):
+        return request_cls.waitsome(requests, statuses)[0]
+
+    def Testsome(requests, statuses=None):
+        return request_cls.testsome(requests, statuses)[0]
+
+    for fn in (Waitall, Testall, Waitany, Testany, Waitsome, Testsome):
+        setattr(request_cls, fn.__name__, staticmethod(fn))
+
+
+_capitalized(Request)
+
+
 def _status_list(statuses: list | None, n: int) -> list | None:
     """mpi4py's convention: a statuses list is extended with fresh Status objects as needed."""
     if statuses is not None:
@@ -349,7 +433,7 @@ class PointToPoint:
     def recv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None):
         """Receive the next message from ``source`` with ``tag`` (either may be ANY_*)."""
         if buf is not None:
-            _check_recv_buf(buf)
+            _check_recv_buf(buf, warn=True, source=source)
         source = self._to_world(source, "source", any_source=True)
         if type(tag) is not int or not (0 <= tag < MAX_TAG or tag == ANY_TAG):
             tag = recv_tag(tag)

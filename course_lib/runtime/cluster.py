@@ -46,6 +46,7 @@ from . import shm
 from .constants import RUN_TIMEOUT_S, WIRE_UP_TIMEOUT_S
 from .control import (
     BarrierArrived,
+    BarrierFailed,
     BarrierRelease,
     DropSegments,
     Listening,
@@ -595,15 +596,17 @@ class Cluster:
             bar.update(state.progress)
         elif isinstance(msg, BarrierArrived):
             state.at_barrier.add(rank)
-            self._release_barrier_if_complete(state)
+            self._serve_barrier(state)
         elif isinstance(msg, RunDone):
             state.stats.merge(msg.stats)
             state.events.extend(msg.events)
+            state.returned.add(rank)  # even if its result cannot be loaded: it will call no barrier
             try:
                 state.results[rank] = cloudpickle.loads(msg.result)
                 state.running.discard(rank)
             except Exception as exc:
                 self._fail(state, rank, _unloadable_result_error(rank, msg, exc))
+            self._serve_barrier(state)
         elif isinstance(msg, RunFailed):
             state.stats.merge(msg.stats)
             state.events.extend(msg.events)
@@ -620,13 +623,24 @@ class Cluster:
         if state.first_error_at is None:
             state.first_error_at = time.perf_counter()
         if state.on_failure == "continue":
-            self._release_barrier_if_complete(state)
+            self._serve_barrier(state)
 
-    def _release_barrier_if_complete(self, state: "_RunState") -> None:
-        if state.at_barrier and state.at_barrier >= state.running:
-            for r in state.at_barrier:
-                self._conns[r].send(BarrierRelease())
-            state.at_barrier.clear()
+    def _serve_barrier(self, state: "_RunState") -> None:
+        """Answer the ranks waiting at the barrier once the answer is known: BarrierFailed as soon as
+        a rank's function has returned in this run (it will never arrive, whether it returned before
+        or after the others came), BarrierRelease once every running rank is there. Ranks that
+        raised are not waited for under on_failure="continue" (they are no longer running)."""
+        if not state.at_barrier:
+            return
+        if state.returned:
+            reply = BarrierFailed(tuple(sorted(state.returned)))
+        elif state.at_barrier >= state.running:
+            reply = BarrierRelease()
+        else:
+            return
+        for r in state.at_barrier:
+            self._conns[r].send(reply)
+        state.at_barrier.clear()
 
     def _death_error(self, rank: int, while_starting: bool = False) -> WorkerError:
         code = self._procs[rank].exitcode
@@ -651,6 +665,7 @@ class _RunState:
         self.stats, self.events = Stats(n), []
         self.running = set(range(n))
         self.at_barrier: set[int] = set()
+        self.returned: set[int] = set()  # ranks whose function returned: a barrier can no longer complete
         self.progress: dict[int, tuple[int, int]] = {}  # rank -> (done, total) from comm.progress()
 
     def failure_reported(self) -> bool:

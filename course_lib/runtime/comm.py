@@ -44,7 +44,7 @@ from multiprocessing.connection import wait as wait_for
 from . import wire
 from .collective_api import CollectivesMixin
 from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL
-from .control import BarrierArrived, BarrierRelease, Progress
+from .control import BarrierArrived, BarrierFailed, BarrierRelease, Progress
 from .groups import GroupMethods
 from .mpi4py_methods import MPI4PY_COMM_METHODS
 from .netem import Downlink, Network
@@ -281,11 +281,15 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         """Wait until every rank has called ``barrier()``.
 
         Served by the launching process over the control Pipes, so it works on any
-        topology. (Lesson 02 builds barriers from messages: token ring, dissemination.)
+        topology. Raises :class:`PeerReturned` if a rank's function returned in this run
+        (before or while the others wait): it can never arrive. (Lesson 02 builds barriers
+        from messages: token ring, dissemination.)
         """
         start = time.perf_counter()
         self._control.send(BarrierArrived(self.rank))
         reply = self._control.recv()
+        if isinstance(reply, BarrierFailed):  # a rank returned from its function: it cannot arrive
+            raise PeerReturned(self.rank, list(reply.returned), "a barrier")
         if not isinstance(reply, BarrierRelease):  # pragma: no cover - protocol error
             raise RuntimeError(f"rank {self.rank}: unexpected control message {reply!r}")
         self._tracer.add("wait", start, time.perf_counter(), "barrier")

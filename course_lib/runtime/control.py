@@ -2,7 +2,8 @@
 
 One small class per kind of message, so a reader sees every field by name and a handler
 dispatches on the type. Parent to worker: ``WireUp``, ``StartRun`` (followed on the Pipe by
-the pickled function as raw bytes), ``DropSegments``, ``Stop``, ``BarrierRelease``. Worker
+the pickled function as raw bytes), ``DropSegments``, ``Stop``, ``BarrierRelease``,
+``BarrierFailed``. Worker
 to parent: ``Listening``, ``Wired``, ``StartFailed``, ``RunDone``, ``RunFailed``,
 ``BarrierArrived``, ``Progress``.
 """
@@ -50,6 +51,13 @@ class BarrierRelease:
     """Every running rank called comm.barrier(): go on."""
 
 
+@dataclass(frozen=True)
+class BarrierFailed:
+    """The barrier can never complete: these ranks' functions returned in this run, so they
+    will not call comm.barrier() again. The waiting rank raises PeerReturned naming them."""
+    returned: tuple[int, ...]
+
+
 # worker -> parent
 @dataclass(frozen=True)
 class Listening:
@@ -91,7 +99,7 @@ class RunFailed:
 
 @dataclass(frozen=True)
 class BarrierArrived:
-    """This rank called comm.barrier() and waits for BarrierRelease."""
+    """This rank called comm.barrier() and waits for BarrierRelease (or BarrierFailed)."""
     rank: int
 
 

@@ -158,18 +158,18 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
             self._nb = ProgressThread(self.rank)
         return self._nb
 
-    def _end_nonblocking(self) -> int:
+    def _end_nonblocking(self, failed: bool = False) -> int:
         """End of a run: stop the background threads; returns how many collectives were left
-        unfinished. Raises :class:`UnfinishedSends` if queued sends were left unsent or failed
-        unseen, unless an exception is already being handled (the worker calls this after a
-        clean return and in its ``except`` block: the error that ended the run comes first)."""
+        unfinished. After a clean return, drains queued sends, raises :class:`UnfinishedSends` if
+        some were left unsent or failed unseen, and tells the neighbours this rank returned.
+        ``failed=True`` (the worker's ``except`` block) drops queued sends and tells nobody: the
+        error that ended the run comes first, and a failing worker exits, so its peers get PeerLost."""
         nb, self._nb = self._nb, None
         unfinished = 0 if nb is None else nb.finish_run()
-        failing = sys.exc_info()[1] is not None
-        problems = [p for sender in self._senders.values() for p in sender.finish(0.0 if failing else SEND_DRAIN_S)]
-        if problems and not failing:
+        problems = [p for sender in self._senders.values() for p in sender.finish(0.0 if failed else SEND_DRAIN_S)]
+        if problems and not failed:
             raise UnfinishedSends(f"rank {self.rank}: " + "; ".join(problems) + ". wait() for every isend request")
-        if not failing:  # (a failing worker exits: its peers get PeerLost)
+        if not failed:
             self._announce_return()
         return unfinished
 

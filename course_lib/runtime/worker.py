@@ -150,7 +150,7 @@ def _run_task(comm: Comm, control, start: StartRun):
                                "collective(s) still in progress; wait() for every request before returning")
         return RunDone(start.run_id, _pickle_result(value), type_name(value), comm.stats, comm._tracer.events)
     except BaseException as exc:
-        comm._end_nonblocking()
+        comm._end_nonblocking(failed=True)
         # format_exc never calls a failing __str__ twice: it prints "<exception str() failed>"
         return RunFailed(start.run_id, type(exc).__name__, safe_str(exc), traceback.format_exc(),
                          comm.stats, comm._tracer.events)

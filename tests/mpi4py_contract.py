@@ -27,10 +27,7 @@ def _install_shim(comm) -> None:
 
     mpi = types.ModuleType("mpi4py.MPI")
     mpi.__dict__.update({k: v for k, v in vars(mpi_names).items() if not k.startswith("__")})
-    mpi.COMM_WORLD = comm
-    from course_lib.runtime.groups import Group
-
-    mpi.COMM_SELF = comm.Create_group(Group([comm.rank]))    # this rank alone: made without messages
+    mpi.COMM_WORLD, mpi.COMM_SELF = mpi_names.COMM_WORLD, mpi_names.COMM_SELF   # the worker's own
     package = types.ModuleType("mpi4py")
     package.__path__ = []
     package.MPI = mpi

@@ -123,6 +123,8 @@ ALLOWED_STATE = {
     # (_fell_back: a small /dev/shm's fallback to files is said once per process.)
     "runtime.shm": {"_owned", "_attached", "_kept_for_views", "_inherited", "_detach_later", "_release_listeners",
                     "_instances", "_for_parent", "_fell_back"},
+    # In a worker process: its communicator for MPI.COMM_WORLD, and its COMM_SELF once asked for.
+    "runtime.mpi_names": {"_world", "_self"},
     # Registries filled once, at import, by the modules that register into them.
     "runtime.collective_api": {"_EXTENSIONS"},
     "grading.registry": {"_REGISTRY", "_PENDING_HIDDEN", "_LOADED_HIDDEN"},

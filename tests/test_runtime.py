@@ -673,3 +673,22 @@ def test_a_long_temporary_folder_does_not_stop_the_workers_meeting(tmp_path, sta
     r = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, TMPDIR=str(long_dir)))
     assert r.returncode == 0 and r.stdout.strip() == "[3, 3, 3]", r.stderr[-2000:]
+
+
+def _mpi_world_and_self(comm):
+    from course_lib import MPI
+
+    me = MPI.COMM_SELF
+    return (MPI.COMM_WORLD is comm, me is MPI.COMM_SELF, me.Get_size(), me.Get_rank(), me.allreduce(comm.rank + 1),
+            me.bcast("mine", root=0))
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_mpi_comm_world_and_comm_self_in_a_worker(start_method):
+    """mpi4py code reads MPI.COMM_WORLD and MPI.COMM_SELF: the worker's communicator, and one of its rank alone."""
+    from course_lib import MPI
+
+    with Cluster(3, start_method=start_method) as c:
+        assert c.run(_mpi_world_and_self) == [(True, True, 1, 0, r + 1, "mine") for r in range(3)]
+    with pytest.raises(AttributeError, match="exists in a worker process"):
+        _ = MPI.COMM_WORLD

@@ -50,6 +50,35 @@ def Wtime() -> float:
     return time.perf_counter()
 
 
+# In a worker process: its communicator, and its own one-process communicator once asked for.
+_world: Comm | None = None
+_self: Comm | None = None
+
+
+def bind_world(comm: Comm) -> None:
+    """Called once by each worker: ``MPI.COMM_WORLD`` is then its communicator."""
+    global _world, _self
+    _world, _self = comm, None
+
+
+def __getattr__(name: str):
+    """``MPI.COMM_WORLD`` and ``MPI.COMM_SELF`` in a worker, as mpi4py code reads them: the worker's
+    communicator, and a communicator of this rank alone (made without messages)."""
+    global _self
+    if name not in ("COMM_WORLD", "COMM_SELF"):
+        raise AttributeError(f"course_lib's MPI has no {name!r} (see course_lib/runtime/mpi_names.py)")
+    if _world is None:
+        raise AttributeError(f"MPI.{name} exists in a worker process: use the comm your function receives "
+                             "(cluster.run(fn) calls fn(comm, ...))")
+    if name == "COMM_WORLD":
+        return _world
+    if _self is None:
+        from .groups import Group
+
+        _self = _world.Create_group(Group([_world.rank]))
+    return _self
+
+
 #: The MPI standard whose object interface this follows (mpi4py's ``MPI.Get_version()``): a feature
 #: of a later standard raises NotImplementedError, which mpi4py's own tests accept below this version.
 VERSION = (3, 1)

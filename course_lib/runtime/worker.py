@@ -18,7 +18,7 @@ from multiprocessing.connection import Client, Listener
 
 import cloudpickle
 
-from . import shm
+from . import mpi_names, shm
 from .comm import Comm
 from .control import DropSegments, Listening, RunDone, RunFailed, StartFailed, StartRun, Stop, Wired, WireUp
 from .logs import ControlPipe, WorkerOutput, exit_when_parent_leaves, setup_worker_logging
@@ -96,7 +96,9 @@ def worker_main(rank, size, control, log_level, inherited=None):
         control.send(StartFailed(type(exc).__name__, safe_str(exc), traceback.format_exc(),
                                  getattr(exc, "errno", None)))
         return
-    _serve(Comm(rank, size, links, control, logger), control, output)
+    comm = Comm(rank, size, links, control, logger)
+    mpi_names.bind_world(comm)      # MPI.COMM_WORLD and MPI.COMM_SELF, for code written for mpi4py
+    _serve(comm, control, output)
     output.end()  # stopping: its last lines, then the marker, before this process exits
     shm.release_all()
 

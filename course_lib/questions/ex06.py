@@ -261,18 +261,18 @@ def check_measured(f, p, m, want, offset=0.0):
         "from the first one's start to the last one's end, and p stages.")
 
 
-def check_measured_real(f, p, m, want):
-    """On a real run, the answer lies between the ideal schedule's bubble (less 20 %) and 1.
+def check_measured_real(f, p, m):
+    """On a real run, the answer is a fraction: at least 0 and below 1.
 
-    Why a bound and not a value: every op lasts at least ``t_op`` and the schedule's longest
-    chain has ``2 (m + p - 1)`` of them, so a real run idles at least as much as the ideal
-    one, and a busy machine adds idle time; the grade must not depend on the machine's load.
-    Returns the value and the run's events for a check that judges the value exactly."""
+    Only a range: a real run's idle fraction depends on the machine's load (a fresh-clone suite on
+    a busy machine measured 0.264 where the ideal schedule idles 1/3: ops that overrun ``t_op``
+    fill some of the waits), and the grade must not. The grader's own check judges the value
+    exactly, on the very events it was computed from; this returns them for it."""
     got, events = run_measured_real(f, p, m)
     got = as_number(got, "measured_bubble's result")
-    assert 0.8 * float(want) <= got < 1, (
-        f"on a real {p}-stage GPipe run with m={m}, measured_bubble should be at least the ideal schedule's "
-        f"{num(float(want), 4)} (less 20 % for timing noise) and below 1; got {num(got, 4)}.")
+    assert 0 <= got < 1, (
+        f"on a real {p}-stage GPipe run with m={m}, measured_bubble should be a fraction of the time, at least 0 "
+        f"and below 1; got {num(got, 4)}.")
     return got, events
 
 
@@ -281,7 +281,7 @@ def ex06_5(ns):
     """measured_bubble(timeline, p): idle fraction of the compute events of a run."""
     f = ns["measured_bubble"]
     check_measured(f, 3, 4, Fraction(1, 3))
-    check_measured_real(f, 3, 4, Fraction(1, 3))
+    check_measured_real(f, 3, 4)
 
 
 # ------------------------------------------------------------------------------ ex06_6

@@ -2,8 +2,8 @@
 fail within 2 s with an error naming the rank that left (before: a hang until the run's timeout).
 
 Each time is judged against a baseline measured in the same test (a run that does nothing), so
-the promise holds on a loaded machine. Under fork, spawn and forkserver. (The barrier is served
-by the launching process and is not covered here.)
+the promise holds on a loaded machine. Under fork, spawn and forkserver. (The barrier, served
+by the launching process, is covered in tests/test_runtime_barrier_rank_left.py.)
 """
 from __future__ import annotations
 

@@ -59,6 +59,19 @@ def cluster5():
         yield cluster
 
 
+@pytest.fixture(scope="module", params=["fork", "spawn", "forkserver"])
+def cluster3(request):
+    """Three workers per start method, started once per test module, and nothing left behind; a run
+    may take 20 s (what the waits of a rank that left hung until, before it was reported)."""
+    import course_lib as cl
+
+    import runtime_checks
+
+    with cl.Cluster(3, start_method=request.param, timeout=20) as cluster:
+        yield cluster
+    runtime_checks.assert_clean()
+
+
 def pytest_addoption(parser):
     parser.addoption("--notebooks", default=None,
                      help="folder of NN_name.ipynb notebooks graded by the per-question tests "

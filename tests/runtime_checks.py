@@ -130,3 +130,21 @@ def assert_within_promise(failure_s: float, baseline_s: float, what: str) -> Non
     assert failure_s <= baseline_s + PROMISE_S, (
         f"{what}: reported after {failure_s:.2f} s, more than {PROMISE_S:g} s past the {baseline_s:.2f} s of the "
         "same run without the failure")
+
+
+def failure_and_baseline(cluster, fn) -> tuple[str, float, float]:
+    """(the WorkerError's text, seconds until it came, seconds of a run doing nothing) on ``cluster``:
+    a failing run and its baseline, measured in the same test."""
+    import pytest
+
+    from course_lib import WorkerError
+
+    baseline, _ = timed(cluster.run, _nothing)
+    start = time.perf_counter()
+    with pytest.raises(WorkerError) as info:
+        cluster.run(fn)
+    return str(info.value), time.perf_counter() - start, baseline
+
+
+def _nothing(comm):
+    return None

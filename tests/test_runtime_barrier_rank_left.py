@@ -17,25 +17,12 @@ import time
 
 import pytest
 
-from course_lib import Cluster, WorkerError
 from course_lib.runtime.comm import PeerReturned
 
-from runtime_checks import assert_clean
+from runtime_checks import failure_and_baseline
 
-METHODS = ["fork", "spawn", "forkserver"]
-RUN_TIMEOUT = 20  # before the fix, a rank returning after the others arrived hung until this timeout
 LATE_S = 0.5      # how long one side waits so that the other surely went first
 
-
-@pytest.fixture(scope="module", params=METHODS)
-def cluster(request):
-    with Cluster(3, start_method=request.param, timeout=RUN_TIMEOUT) as c:
-        yield c
-    assert_clean()
-
-
-def nothing(comm):
-    return None
 
 
 def rank0_returns_before_the_barrier(comm):
@@ -72,28 +59,18 @@ def rank0_returns_others_catch(comm):
     return "released"
 
 
-def _failure_time(cluster, fn) -> tuple[str, float, float]:
-    start = time.perf_counter()
-    cluster.run(nothing)
-    baseline = time.perf_counter() - start
-    start = time.perf_counter()
-    with pytest.raises(WorkerError) as info:
-        cluster.run(fn)
-    return str(info.value), time.perf_counter() - start, baseline
-
-
 @pytest.mark.parametrize("fn", [rank0_returns_before_the_barrier, rank0_returns_while_the_others_wait,
                                 rank0_leaves_between_barriers])
-def test_a_barrier_with_a_rank_that_returned_fails_naming_it(cluster, fn):
-    text, elapsed, baseline = _failure_time(cluster, fn)
+def test_a_barrier_with_a_rank_that_returned_fails_naming_it(cluster3, fn):
+    text, elapsed, baseline = failure_and_baseline(cluster3, fn)
     assert "waits in a barrier for rank 0, which returned from its function" in text, text
     assert "PeerReturned" in text, text
     # the sleep of the slower side is part of the run, not of the failure
     assert elapsed < baseline + LATE_S + 2.0, (elapsed, baseline)
 
 
-def test_the_error_is_peer_returned_naming_the_rank(cluster):
-    results = cluster.run(rank0_returns_others_catch)
+def test_the_error_is_peer_returned_naming_the_rank(cluster3):
+    results = cluster3.run(rank0_returns_others_catch)
     assert results[0] == "left"
     ranks, text = results[1]
     assert ranks == [0], results
@@ -120,9 +97,9 @@ def honest_barriers(comm, rounds):
     return out
 
 
-def test_an_honest_barrier_waits_for_the_last_rank(cluster):
+def test_an_honest_barrier_waits_for_the_last_rank(cluster3):
     rounds = 6
-    results = cluster.run(honest_barriers, rounds)
+    results = cluster3.run(honest_barriers, rounds)
     for r in range(rounds):
         late = r % 3
         kind, arrived = results[late][r]
@@ -147,14 +124,7 @@ def sub_barrier_rank0_returns(comm, before: bool):
 
 
 @pytest.mark.parametrize("before", [True, False], ids=["returned-before", "returned-while-waiting"])
-def test_a_sub_communicator_barrier_with_a_rank_that_returned_fails_naming_it(cluster, before):
-    start = time.perf_counter()
-    cluster.run(nothing)
-    baseline = time.perf_counter() - start
-    start = time.perf_counter()
-    with pytest.raises(WorkerError) as info:
-        cluster.run(sub_barrier_rank0_returns, before)
-    elapsed = time.perf_counter() - start
-    text = str(info.value)
+def test_a_sub_communicator_barrier_with_a_rank_that_returned_fails_naming_it(cluster3, before):
+    text, elapsed, baseline = failure_and_baseline(cluster3, lambda comm: sub_barrier_rank0_returns(comm, before))
     assert "rank 1 waits" in text and "rank 0, which returned" in text, text
     assert elapsed < baseline + LATE_S + 2.0, (elapsed, baseline)

@@ -7,28 +7,12 @@ by the launching process, is covered in tests/test_runtime_barrier_rank_left.py.
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
-from course_lib import ANY_SOURCE, Cluster, WorkerError
+from course_lib import ANY_SOURCE
 
-from runtime_checks import assert_clean
-
-METHODS = ["fork", "spawn", "forkserver"]
-RUN_TIMEOUT = 20  # before the fix, every case here hung until this timeout
-
-
-@pytest.fixture(scope="module", params=METHODS)
-def cluster(request):
-    with Cluster(3, start_method=request.param, timeout=RUN_TIMEOUT) as c:
-        yield c
-    assert_clean()
-
-
-def nothing(comm):
-    return None
+from runtime_checks import failure_and_baseline
 
 
 def rank0_leaves_others_receive(comm):
@@ -52,24 +36,14 @@ def only_rank1_stays_receiving_any(comm):
     comm.recv(source=ANY_SOURCE)
 
 
-def _failure_time(cluster, fn) -> tuple[str, float, float]:
-    start = time.perf_counter()
-    cluster.run(nothing)
-    baseline = time.perf_counter() - start
-    start = time.perf_counter()
-    with pytest.raises(WorkerError) as info:
-        cluster.run(fn)
-    return str(info.value), time.perf_counter() - start, baseline
-
-
 @pytest.mark.parametrize("fn", [rank0_leaves_others_receive, rank0_leaves_others_allreduce])
-def test_waiting_for_a_rank_that_returned_fails_naming_it(cluster, fn):
-    text, elapsed, baseline = _failure_time(cluster, fn)
+def test_waiting_for_a_rank_that_returned_fails_naming_it(cluster3, fn):
+    text, elapsed, baseline = failure_and_baseline(cluster3, fn)
     assert "rank 0" in text and "returned" in text, text
     assert elapsed < baseline + 2.0, (elapsed, baseline)
 
 
-def test_any_source_with_every_neighbour_gone_fails_naming_them(cluster):
-    text, elapsed, baseline = _failure_time(cluster, only_rank1_stays_receiving_any)
+def test_any_source_with_every_neighbour_gone_fails_naming_them(cluster3):
+    text, elapsed, baseline = failure_and_baseline(cluster3, only_rank1_stays_receiving_any)
     assert "rank 0" in text and "rank 2" in text and "returned" in text, text
     assert elapsed < baseline + 2.0, (elapsed, baseline)

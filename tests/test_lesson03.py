@@ -28,7 +28,7 @@ def test_one_process_is_serial_sgd_and_the_verdicts_are_the_runs(ran):
 
 def test_lock_free_runs_about_as_fast_as_sharing_nothing_on_the_sparse_problem(ran):
     """The text: against the ceiling of two processes that share nothing, two lock-free processes
-    take about as long on the sparse problem (each time the fastest of 5 runs in turns; measured
+    take about as long on the sparse problem (the median of 5 runs in turns; measured
     here 0.92-1.05x of it on a quiet machine, up to 1.6x beside a program taking 30 % of a core
     in bursts). Both runs keep two cores busy, so this holds whatever this machine gives two
     processes, where "two beat one" does not (the CI run at abb90ec measured 0.105 s against
@@ -37,7 +37,9 @@ def test_lock_free_runs_about_as_fast_as_sharing_nothing_on_the_sparse_problem(r
     assert sum(len(s) for s in free.samples) == one.n_updates == apart.n_updates == 20000
     assert len(one.wall_times) == len(free.wall_times) == len(apart.wall_times) == 5
     assert free.wall_time == min(free.wall_times) and one.wall_time == min(one.wall_times)
-    assert free.wall_time < 1.5 * apart.wall_time, (free.wall_times, apart.wall_times)
+    # The medians of the five runs: one lucky run of either side (a fresh-clone suite measured a 0.058 s
+    # outlier among 0.086-0.19 s for the side that shares nothing) must not decide the sentence.
+    assert np.median(free.wall_times) < 1.5 * np.median(apart.wall_times), (free.wall_times, apart.wall_times)
 
 
 def test_sparse_updates_collide_less_than_dense_ones_and_the_lock_removes_collisions(ran):

@@ -9,7 +9,7 @@ own part from storage; here the data are small enough to make on the spot.
 import numpy as np
 
 from course_lib.mapreduce.gd import _program
-from course_lib.mapreduce.problems import get_problem, make_least_squares
+from course_lib.mapreduce.losses import get_problem, make_least_squares
 from course_lib.mapreduce.serial import default_lr, initial_w
 
 ITERS = 30

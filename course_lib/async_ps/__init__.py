@@ -1,11 +1,11 @@
 """Lesson 03: the asynchronous parameter server, staleness, backup workers and Hogwild!.
 
-* :mod:`.server`: rank 0 serves, the other ranks push gradients; staleness of every gradient.
+* :mod:`.parameter_server`: rank 0 serves, the other ranks push gradients; staleness of every gradient.
 * :mod:`.experiment`: ``train_async(X, y, ...)`` runs it on real processes -> :class:`PSResult`.
 * :mod:`.theory`: backup-worker wait ``mu (H_{N+b} - H_b)`` and its Monte Carlo check.
 * :mod:`.hogwild`: lock-free SGD on a shared-memory vector, a locked variant, a serial baseline.
 * :mod:`.fedavg`: federated averaging (McMahan et al. 2017), the limit of a slow worker -> :class:`FedAvgResult`.
-* :mod:`.problems`: data, losses, serial SGD baselines, the sparsity statistics of Hogwild!.
+* :mod:`.sgd_problems`: data, losses, serial SGD baselines, the sparsity statistics of Hogwild!.
 
 The functions the exercises ask for (the apply step, the staleness-aware step size, the Hogwild!
 worker loop, the backup-worker wait, FedAvg's weighted average) live in :mod:`course_lib.reference.ex03`; this package
@@ -18,7 +18,8 @@ from .experiment import PSResult, train_async
 from .fedavg import FedAvgResult, fedavg, fedavg_serial, local_steps, train_fedavg
 from .hogwild import HogwildResult, SerialRun, hogwild_worker, locked_worker, on_private_copy, run_hogwild, run_serial
 from .hogwild_timing import collisions, time_hogwild_variants, timed_worker
-from .problems import (
+from .parameter_server import POLICIES, Record, ServerState, apply_update, constant_lr, run_ps, staleness_aware_lr
+from .sgd_problems import (
     SparseProblem,
     batch_gradient,
     loss,
@@ -32,7 +33,6 @@ from .problems import (
     sparse_loss,
     sparsity_stats,
 )
-from .server import POLICIES, Record, ServerState, apply_update, constant_lr, run_ps, staleness_aware_lr
 from .theory import expected_backup_wait, harmonic, simulate_backup_wait
 
 __all__ = [

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from .server import POLICIES, apply_update, run_ps
+from .parameter_server import POLICIES, apply_update, run_ps
 
 _RECORD_FIELDS = ("worker", "version", "staleness", "time", "applied", "lr")
 

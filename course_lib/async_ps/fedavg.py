@@ -33,10 +33,10 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from course_lib.problems import contiguous_shards
+from course_lib.datasets import contiguous_shards
 from course_lib.reference.ex03 import fedavg  # question ex03_5
 
-from .problems import loss
+from .sgd_problems import loss
 
 STOP = np.empty(0)  # the server's "no more rounds" (counted as 0 bytes)
 
@@ -185,7 +185,7 @@ def train_fedavg(X, y, n_clients: int = 4, n_rounds: int = 50, local_steps: int 
     """FedAvg with ``n_clients`` clients on real processes (a star: clients talk to the server only).
 
     ``shard_ranges``: the clients' rows as ``[(start, stop), ...]`` (default: the contiguous shards
-    of :func:`course_lib.problems.contiguous_shards`, the shards ``make_least_squares(n_shards=...,
+    of :func:`course_lib.datasets.contiguous_shards`, the shards ``make_least_squares(n_shards=...,
     shard_shift=...)`` makes non-IID). ``slow``: {client rank: factor} for ``Cluster.run``.
     ``average``: the server's averaging step (default :func:`fedavg`).
     """

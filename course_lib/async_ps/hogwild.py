@@ -24,7 +24,7 @@ import numpy as np
 
 from course_lib.reference.ex03 import hogwild_worker  # question ex03_3
 
-from .problems import SparseProblem, sample_order, serial_sparse_sgd, sparse_loss
+from .sgd_problems import SparseProblem, sample_order, serial_sparse_sgd, sparse_loss
 
 
 def locked_worker(w, idx, val, y, order, lr, lock):

@@ -15,7 +15,7 @@ import numpy as np
 from course_lib.reference.ex03 import hogwild_worker  # question ex03_3
 
 from .hogwild import HogwildResult, fastest_run, run_hogwild
-from .problems import SparseProblem
+from .sgd_problems import SparseProblem
 
 
 def timed_worker(w, idx, val, y, order, lr, lock=None):

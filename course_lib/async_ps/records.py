@@ -1,6 +1,6 @@
 """What the asynchronous server records of each gradient, and its default step size.
 
-Apart from :mod:`course_lib.async_ps.server` so the server's apply step (question ex03_1,
+Apart from :mod:`course_lib.async_ps.parameter_server` so the server's apply step (question ex03_1,
 :mod:`course_lib.reference.ex03`) can use them without importing the server it serves.
 """
 from __future__ import annotations

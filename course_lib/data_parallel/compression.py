@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..problems import contiguous_shards, make_least_squares
+from ..datasets import contiguous_shards, make_least_squares
 
 SPARSE = np.dtype([("index", np.int32), ("value", np.float32)])
 METHODS = ("dense", "topk", "topk_ef")

@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
-from course_lib import problems
+from course_lib import datasets
 
 from .consensus import mix
 
@@ -70,8 +70,8 @@ def make_least_squares(n_samples: int, dim: int, n_nodes: int, noise: float = 0.
                        iid: bool = True, seed: int = 0, heterogeneity: float = 0.0) -> LeastSquares:
     """Synthetic y = X w_true + noise, split in ``n_nodes`` contiguous shards (one per node).
 
-    The data of :func:`course_lib.problems.make_least_squares` with rows of unit expected norm
-    (x_i ~ N(0, I/dim)), cut by :func:`course_lib.problems.rounded_shards`.
+    The data of :func:`course_lib.datasets.make_least_squares` with rows of unit expected norm
+    (x_i ~ N(0, I/dim)), cut by :func:`course_lib.datasets.rounded_shards`.
     ``iid=False`` sorts the rows by their first feature before splitting, so every node
     sees a different part of the input space. ``heterogeneity=h`` gives shard ``i`` its own
     truth ``w_true + h * u_i`` (``u_i`` random, unit scale): the local optima disagree, and
@@ -79,8 +79,8 @@ def make_least_squares(n_samples: int, dim: int, n_nodes: int, noise: float = 0.
     """
     if n_samples < n_nodes:
         raise ValueError(f"need at least one sample per node: {n_samples} < {n_nodes}")
-    shards = problems.rounded_shards(n_samples, n_nodes)
-    X, y, _ = problems.make_least_squares(n_samples, dim, noise=noise, seed=seed, unit_rows=True,
+    shards = datasets.rounded_shards(n_samples, n_nodes)
+    X, y, _ = datasets.make_least_squares(n_samples, dim, noise=noise, seed=seed, unit_rows=True,
                                           sort_by_first_feature=not iid, shard_shift=heterogeneity,
                                           shard_ranges=shards)
     w_opt = np.linalg.lstsq(X, y, rcond=None)[0]

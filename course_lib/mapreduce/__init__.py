@@ -9,7 +9,7 @@
 from .blas import blas_env, os_threads, pin_blas
 from .cost import SpeedupModel, bytes_per_iteration, fit_latency_bandwidth, server_link_time, words_per_iteration
 from .gd import GDResult, mapreduce_gd
-from .problems import LeastSquares, Logistic, Problem, get_problem, make_least_squares, make_logistic
+from .losses import LeastSquares, Logistic, Problem, get_problem, make_least_squares, make_logistic
 from .serial import REDUCES, default_lr, gd_serial, gd_update, initial_w, map_shard, reduce_results, shard_ranges
 
 __all__ = [

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import checkpoint as ckpt
-from .problems import get_problem
+from .losses import get_problem
 from .serial import check_reduce, default_lr, initial_w, map_shard, reduce_and_update, shard_ranges
 
 TAG_W, TAG_G, TAG_RE, TAG_RG, TAG_STOP = 1, 2, 3, 4, 5

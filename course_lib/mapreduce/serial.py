@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from course_lib.problems import contiguous_shards
+from course_lib.datasets import contiguous_shards
 from course_lib.reference.ex01 import reduce_update
 
-from .problems import get_problem
+from .losses import get_problem
 
 REDUCES = ("sum", "mean", "collect")
 
@@ -34,7 +34,7 @@ def shard_ranges(n: int, m: int) -> list[tuple[int, int]]:
     """Row ranges [lo, hi) of m shards of n rows, with ``numpy.array_split`` semantics.
 
     The first n % m shards get one row more, so n need not be a multiple of m
-    (:func:`course_lib.problems.contiguous_shards`, here with every shard non-empty).
+    (:func:`course_lib.datasets.contiguous_shards`, here with every shard non-empty).
     """
     if not (isinstance(m, (int, np.integer)) and m >= 1):
         raise ValueError(f"the number of shards must be an int >= 1, got {m!r}")

@@ -29,8 +29,8 @@ CHECK_TIMEOUT = 6.0  # seconds a check's cluster run may take (these runs take w
 
 #: Library functions that do (part of) a question's work: the checks refuse an answer that calls them.
 HELPERS = {
-    "ex01_1": [("course_lib.async_ps.problems", "batch_gradient")],
-    "ex01_2": [("course_lib.async_ps.problems", "batch_gradient"), ("course_lib.mapreduce.problems", "per_sample")],
+    "ex01_1": [("course_lib.async_ps.sgd_problems", "batch_gradient")],
+    "ex01_2": [("course_lib.async_ps.sgd_problems", "batch_gradient"), ("course_lib.mapreduce.losses", "per_sample")],
     "ex01_3": [("course_lib.mapreduce.serial", "gd_update"), ("course_lib.mapreduce.serial", "reduce_results")],
     "ex01_4": [("course_lib.mapreduce.cost", "server_link_time")],
 }

@@ -188,7 +188,7 @@ def run_reduce_scatter(fn, n, p):
 
 
 #: Library functions that cut ``np.array_split``'s ranges, shard_range's whole work: refused.
-SHARD_HELPERS = [("course_lib.problems", "contiguous_shards"), ("course_lib.collectives._p2p", "chunk_bounds"),
+SHARD_HELPERS = [("course_lib.datasets", "contiguous_shards"), ("course_lib.collectives._p2p", "chunk_bounds"),
                  ("course_lib.collectives._p2p", "chunk_sizes"), ("course_lib.mapreduce.serial", "shard_ranges"),
                  ("course_lib.model_parallel.tensor", "split_ranges"),
                  ("course_lib.data_parallel.zero", "owned_pieces")]

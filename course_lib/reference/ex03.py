@@ -7,7 +7,7 @@ ex03_3  hogwild_worker(w, idx, val, y, order, lr)                              t
 ex03_4  expected_wait(n, b, mu)                                                backup workers: E[wait]
 ex03_5  fedavg(models, sizes)                                                  FedAvg's weighted average
 
-The asynchronous server of :mod:`course_lib.async_ps.server` applies gradients with
+The asynchronous server of :mod:`course_lib.async_ps.parameter_server` applies gradients with
 :func:`apply_update` (and :func:`staleness_aware_lr` under ``policy="staleness_aware"``); the
 Hogwild! runner and its serial baseline (:mod:`course_lib.async_ps.hogwild`) step with
 :func:`hogwild_worker`; :func:`course_lib.async_ps.expected_backup_wait` is :func:`expected_wait`; the federated

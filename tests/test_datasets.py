@@ -1,4 +1,4 @@
-"""The shared least-squares data (course_lib.problems): pinned outputs and statistical properties.
+"""The shared least-squares data (course_lib.datasets): pinned outputs and statistical properties.
 
 The visible checks and the notebooks quote numbers computed from this data, so the arrays
 of the calls the lessons make are pinned here. X and w_true come from the random generator
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from course_lib import async_ps, gossip, mapreduce
-from course_lib.problems import contiguous_shards, make_least_squares, rounded_shards
+from course_lib.datasets import contiguous_shards, make_least_squares, rounded_shards
 
 
 def fingerprint(a: np.ndarray) -> str:

@@ -35,8 +35,8 @@ import numpy as np
 
 from course_lib.reference.ex03 import apply_update, staleness_aware_lr  # questions ex03_1, ex03_2
 
-from .problems import batch_gradient, batch_rng, loss, shards
 from .records import Record, constant_lr
+from .sgd_problems import batch_gradient, batch_rng, loss, shards
 
 POLICIES = ("async", "staleness_aware", "drop", "sync")
 

@@ -1,4 +1,4 @@
-"""The two problems of lesson 01 and their seeded data (least squares: :mod:`course_lib.problems`).
+"""The two problems of lesson 01 and their seeded data (least squares: :mod:`course_lib.datasets`).
 
 Both losses are averages over the N samples,
 
@@ -21,7 +21,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from course_lib.problems import check_sizes, make_least_squares
+from course_lib.datasets import check_sizes, make_least_squares
 from course_lib.reference.ex01 import map_gradient
 
 __all__ = ["Problem", "LeastSquares", "Logistic", "PROBLEMS", "get_problem", "make_least_squares", "make_logistic"]

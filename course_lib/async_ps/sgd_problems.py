@@ -1,7 +1,7 @@
 """Problems and single-process baselines for lesson 03.
 
 Least squares, loss ``f(w) = 1/(2n) * ||X w - y||^2``, and its gradient on a minibatch B
-(:func:`batch_gradient`), on the data of :func:`course_lib.problems.make_least_squares`; with
+(:func:`batch_gradient`), on the data of :func:`course_lib.datasets.make_least_squares`; with
 ``n_shards`` and ``shard_shift`` the rows of each worker (:func:`shards`) follow their own model.
 
 The sparse problem of Hogwild! (Recht et al. 2011) stores every row with a fixed number
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course_lib.problems import contiguous_shards, make_least_squares
+from course_lib.datasets import contiguous_shards, make_least_squares
 
 __all__ = ["make_least_squares", "optimal_loss", "loss", "batch_gradient", "shards", "batch_rng", "serial_sgd",
            "SparseProblem", "make_sparse_problem", "sparse_loss", "sample_order", "serial_sparse_sgd",
@@ -46,7 +46,7 @@ def batch_gradient(X, y, rows, w):
 
 def shards(n: int, n_shards: int):
     """Split rows 0..n-1 into ``n_shards`` contiguous shards (as index arrays): the shards of
-    :func:`course_lib.problems.contiguous_shards`, which ``shard_shift`` shifts."""
+    :func:`course_lib.datasets.contiguous_shards`, which ``shard_shift`` shifts."""
     return [np.arange(start, stop, dtype=np.int64) for start, stop in contiguous_shards(n, n_shards)]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib import nbrun
+from course_lib import claims, nbrun
 from course_lib.allreduce_bench import mpiexec_path
 from course_lib.replay import RECORD_ENV, merge_recording
 
@@ -72,6 +72,14 @@ with open(__DUMP_PATH__, "wb") as _f:
 """
 
 
+def _printed_text(output) -> str:
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    if claims.MIME in output.get("data", {}):
+        return output["data"]["text/plain"] + "\n"
+    return ""
+
+
 @dataclass
 class ExecutedNotebook:
     path: Path
@@ -87,8 +95,9 @@ class ExecutedNotebook:
 
     @property
     def printed(self) -> str:
-        """Everything its code cells printed (stream outputs), in order."""
-        return "".join(o.get("text", "") for c in self.notebook.cells if c.cell_type == "code"
+        """Everything its code cells printed (stream outputs) and the sentences they stated through
+        course_lib.claims (one line each), in order."""
+        return "".join(_printed_text(o) for c in self.notebook.cells if c.cell_type == "code"
                        for o in c.outputs)
 
     def slowest_cells(self, k: int = 3) -> str:

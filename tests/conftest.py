@@ -6,6 +6,7 @@ which notebooks the per-question tests grade (default: ``solutions/`` when it ex
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,37 @@ def pytest_addoption(parser):
     parser.addoption("--notebooks", default=None,
                      help="folder of NN_name.ipynb notebooks graded by the per-question tests "
                           "(default: solutions/, else exercises/)")
+    parser.addoption("--lesson", default=None, metavar="NN",
+                     help="only one lesson's tests: its library and notebook test files (the manifest's "
+                          "`tests`), its notebook's run and claims, and its questions' checks and fixtures "
+                          "(`make test LESSON=04`)")
+
+
+# Files whose tests are parametrized over lessons or questions: under --lesson, their tests of that
+# lesson only (read from the test's id: the notebook stem "04_gossip", the question "ex04_2", "[04]").
+# The release's lessons are left out: its fixture executes all nine lessons first.
+_PER_LESSON_FILES = {"test_notebooks.py", "test_claims.py", "test_checks.py", "test_grading.py",
+                     "test_graded_alone.py", "test_core_counts.py", "test_feedback_details.py"}
+
+
+def _belongs_to_lesson(item, number: str) -> bool:
+    from course_lib import lessons
+
+    if item.path.name in lessons.lesson(number).tests:
+        return True
+    if item.path.name not in _PER_LESSON_FILES or "[" not in item.nodeid:
+        return False
+    params = item.nodeid[item.nodeid.index("["):]
+    return re.search(rf"(?<![0-9])(ex)?{number}(_|\]|-)", params) is not None
+
+
+def _select_lesson(config, items) -> None:
+    number = config.getoption("lesson")
+    if not number:
+        return
+    keep = [item for item in items if _belongs_to_lesson(item, number)]
+    config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+    items[:] = keep
 
 
 # `make test-fast` leaves out what is marked slow: tests that run notebooks, the grader (sandboxed
@@ -107,6 +139,7 @@ def _notebook_of(item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
+    _select_lesson(config, items)
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if _SLOW_FIXTURES & fixtures or item.path.name in _SLOW_FILES:

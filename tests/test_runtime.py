@@ -4,6 +4,7 @@ Every behaviour is checked under fork, spawn and forkserver.
 """
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import sys
@@ -692,3 +693,62 @@ def test_mpi_comm_world_and_comm_self_in_a_worker(start_method):
         assert c.run(_mpi_world_and_self) == [(True, True, 1, 0, r + 1, "mine") for r in range(3)]
     with pytest.raises(AttributeError, match="exists in a worker process"):
         _ = MPI.COMM_WORLD
+
+
+# ---------------------------------------------------------------- the run's own options
+RUN_OPTION_VALUES = {"network": Network(latency=0.01), "slow": {1: 2.0}, "faults": {}, "timeout": 30.0,
+               "on_failure": "continue"}
+
+
+def every_option_as_a_parameter(comm, marker, network=None, slow=None, faults=None, timeout=None, on_failure=None):
+    """A worker whose parameters have the names of run()'s options; it leaves ``marker`` if it ever runs."""
+    open(marker, "a").close()
+    return (network, slow, faults, timeout, on_failure)
+
+
+def keywords_received(comm, **kwargs):
+    return sorted(kwargs)
+
+
+class Opaque:
+    """A callable whose signature cannot be read, as some builtins': run() checks nothing."""
+
+    __signature__ = "not a Signature"   # inspect.signature raises TypeError
+
+    def __call__(self, comm, timeout=None):
+        return timeout
+
+
+def test_an_option_that_is_also_a_parameter_of_fn_is_refused_before_the_run(tmp_path):
+    """Before, run() took timeout=... for itself and the function silently ran with its default."""
+    marker = tmp_path / "ran"
+    with Cluster(2, start_method="fork", timeout=RUN_TIMEOUT) as c:
+        pids = c.pids
+        for option, value in RUN_OPTION_VALUES.items():
+            with pytest.raises(TypeError, match=rf"`{option}`: an option of Cluster.run .* parameter of the worker "
+                                                rf"function every_option_as_a_parameter.*functools.partial"):
+                c.run(every_option_as_a_parameter, str(marker), **{option: value})
+        assert not marker.exists() and c.pids == pids   # nothing ran, no worker was replaced
+        # The ways out: a keyword the partial binds is the function's; a parameter filled by position is taken.
+        bound = functools.partial(every_option_as_a_parameter, timeout=5.0)
+        assert [r[3] for r in c.run(bound, str(marker), timeout=20)] == [5.0, 5.0]
+        assert c.run(every_option_as_a_parameter, str(marker), None, None, None, 7.0, timeout=20)[1][3] == 7.0
+        assert marker.exists()
+        assert list(c.run(Opaque(), timeout=20)) == [None, None]   # unreadable signature: the option is the run's
+    assert_clean()
+
+
+def test_each_option_holds_for_one_run_and_fn_gets_every_other_keyword():
+    with Cluster(3, start_method="fork", timeout=RUN_TIMEOUT) as c:
+        # A fn taking **kwargs: the options are the run's, every other keyword (even `fn`) is the function's.
+        assert list(c.run(keywords_received, alpha=1, fn=2, **RUN_OPTION_VALUES)) == [["alpha", "fn"]] * 3
+        with pytest.raises(WorkerTimeout):
+            c.run(hang_on, 1, timeout=0.5)
+        res = c.run(server_survives, faults={2: Fault("kill", 0)}, on_failure="continue")
+        assert res[0] == ([1], [2]) and list(res.failures) == [2]
+        with pytest.raises(WorkerError):   # the next run has the cluster's setting again: raise
+            c.run(server_survives, faults={2: Fault("kill", 0)})
+        assert c.run(one_message, 10, network=Network(latency=0.2))[1] >= 0.2
+        slowed = c.run(compute_steps, 3, slow={1: 20})   # three 10 ms phases, each made 20 times longer
+        assert slowed.timeline.total("compute", rank=1) >= 20 * 3 * 0.01
+    assert_clean()

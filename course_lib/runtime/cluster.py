@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import atexit
 import errno
+import functools
+import inspect
 import logging
 import multiprocessing as mp
 import numbers
@@ -66,7 +68,17 @@ from .trace import Stats, Timeline
 from .worker import safe_str, worker_main
 
 START_METHODS = ("fork", "spawn", "forkserver")
-_RESERVED = ("network", "slow", "faults", "timeout", "on_failure")
+RUN_OPTIONS = ("network", "slow", "faults", "timeout", "on_failure")   # Cluster.run's own keywords
+
+
+class _ClusterSetting:
+    """The default of each of ``Cluster.run``'s options: the cluster's own setting (None is a value)."""
+
+    def __repr__(self) -> str:
+        return "<the cluster's>"   # how help(cluster.run) shows the default
+
+
+CLUSTER_SETTING = _ClusterSetting()
 _STOP_GRACE_S = 1.0       # a polite Stop(): workers finish their loop and release what they own
 _TERMINATE_GRACE_S = 0.3  # after SIGTERM, for all workers together; then SIGKILL
 _REPORT_WINDOW_S = 0.3    # after a first failure, how long other ranks may still report theirs
@@ -521,19 +533,36 @@ class Cluster:
             self._control_lock.release()
 
     # -- running --------------------------------------------------------------
-    def run(self, fn, *args, **kwargs) -> RunResult:
+    def run(self, fn, /, *args, network: Network | None = CLUSTER_SETTING, slow: dict | None = CLUSTER_SETTING,
+            faults: dict | None = CLUSTER_SETTING, timeout: float | None = CLUSTER_SETTING,
+            on_failure: str = CLUSTER_SETTING, **kwargs) -> RunResult:
         """Run ``fn(comm, *args, **kwargs)`` on every rank; return results by rank.
 
-        The keywords network, slow, faults, timeout and on_failure override the
-        cluster's settings for this run only.
+        The run's own options, keyword-only, override the cluster's setting for this run only
+        (left out: the cluster's, as given to :class:`Cluster`):
+          network: :class:`Network` to emulate latency and bandwidth (None: no emulation)
+          slow: {rank: factor}, that rank's compute phases take ``factor`` times longer
+          faults: {rank: Fault(kind, step)}, make that rank fail at a compute step
+          timeout: seconds the run may take before :class:`WorkerTimeout` (None: no limit)
+          on_failure: "raise" (stop everything) or "continue" (record the failure, let the others finish)
+
+        These five are never passed to ``fn``; every other keyword is. A ``fn`` that takes
+        ``**kwargs`` gets none of them: given here, they are the run's. A ``fn`` with a parameter
+        of one of these names, given by keyword here, is refused with a TypeError before the run
+        starts, as the keyword could be meant for either: rename the parameter, or bind its value
+        with ``functools.partial(fn, timeout=...)`` (a keyword the partial binds is the function's).
+        Where ``fn``'s signature cannot be read (some builtins), nothing is checked.
         """
         if self._closed:
             raise RuntimeError("this Cluster is closed; create a new one")
         if not callable(fn):
             raise TypeError(f"run() needs a function fn(comm, ...), got {type(fn).__name__}")
-        knobs = dict(self._defaults)
-        knobs.update({k: kwargs.pop(k) for k in _RESERVED if k in kwargs})
-        knobs = self._check_knobs(knobs)
+        options = dict(network=network, slow=slow, faults=faults, timeout=timeout, on_failure=on_failure)
+        given = {name: value for name, value in options.items() if value is not CLUSTER_SETTING}
+        collisions = sorted(set(given) & _keyword_parameters(fn, n_positional=1 + len(args)))
+        if collisions:
+            raise TypeError(_collision_message(fn, collisions))
+        knobs = self._check_knobs({**self._defaults, **given})
         try:
             payload = cloudpickle.dumps((fn, args, kwargs))
         except Exception as exc:
@@ -648,6 +677,38 @@ class Cluster:
         hint = _main_guard_hint(self.start_method) if while_starting else ""
         return WorkerError(f"{what} {_describe_exit(code)} (no Python traceback: the process vanished){hint}",
                            rank, [rank], "", code, exc_type="ProcessDied")
+
+
+def _keyword_parameters(fn, n_positional: int) -> set[str]:
+    """The names ``fn`` would take from a keyword argument, once ``n_positional`` arguments (the
+    communicator, then ``*args``) have filled its first positional parameters: not ``**kwargs``,
+    not a positional-only parameter, not a keyword a ``functools.partial`` already binds (its
+    value is the function's). Empty when the signature cannot be read (some builtins)."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return set()
+    bound: set[str] = set()
+    inner = fn
+    while isinstance(inner, functools.partial):
+        bound.update(inner.keywords)
+        inner = inner.func
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    by_keyword = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return by_keyword - bound - set(positional[:n_positional])
+
+
+def _collision_message(fn, names: list[str]) -> str:
+    """Why run() refuses: which of its options ``fn`` also takes, and the two ways out."""
+    inner = fn.func if isinstance(fn, functools.partial) else fn
+    label = getattr(inner, "__qualname__", None) or type(inner).__name__
+    quoted = ", ".join(f"`{n}`" for n in names)
+    first = names[0]
+    return (f"{quoted}: an option of Cluster.run (its own keywords: {', '.join(RUN_OPTIONS)}) and also a "
+            f"parameter of the worker function {label}, so run() cannot tell which one {first}=... is meant "
+            f"for (it never passes its options to the function). Rename the function's parameter, or bind "
+            f"the function's value with functools.partial({label}, {first}=...) and pass the partial to run(); "
+            f"a {first} for the run itself then stays a keyword of run().")
 
 
 class _RunState:

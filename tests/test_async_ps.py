@@ -258,9 +258,9 @@ def test_hogwild_variants_run_in_turns_and_each_keeps_its_fastest_run(monkeypatc
 
     calls, real = [], hogwild_timing.run_hogwild
 
-    def spy(problem, **kwargs):
-        calls.append((kwargs["n_workers"], kwargs.get("lock", False), kwargs.get("apart", False)))
-        return real(problem, **kwargs)
+    def spy(problem, settings):
+        calls.append((settings.n_workers, settings.lock, settings.apart))
+        return real(problem, settings)
 
     monkeypatch.setattr(hogwild_timing, "run_hogwild", spy)
     p = make_sparse_problem(500, 300, 5, seed=1)
@@ -433,7 +433,8 @@ def test_fedavg_local_steps_cut_rounds_on_iid_data_and_drift_on_non_iid(star4):
         f_star = optimal_loss(X, y)
         f0 = float(y @ y) / (2 * len(y))
         target = f_star + 1e-3 * (f0 - f_star)
-        one, many = (train_fedavg(X, y, 4, 60, E, 0.1, cluster=star4) for E in (1, 20))
+        one, many = (train_fedavg(X, y, n_clients=4, n_rounds=60, local_steps=E, lr=0.1, cluster=star4)
+                     for E in (1, 20))
         assert one.rounds_to(X, y, target) is not None
         if drifts:   # each client pulls towards its own optimum: a floor above the minimum
             assert many.losses(X, y)[-1] - f_star > 10 * (one.losses(X, y)[-1] - f_star)
@@ -465,3 +466,112 @@ def test_fedavg_refuses_bad_settings(data):
     for kw in (dict(min_answers=0), dict(min_answers=5), dict(local_steps=0), dict(shard_ranges=[(0, 10)])):
         with pytest.raises(ValueError):
             train_fedavg(X, y, n_clients=4, **kw)
+
+
+# ------------------------------------------------------------------------------ settings
+BAD_SETTINGS = [
+    ("AsyncSettings", dict(n_workers=0), ValueError, "AsyncSettings.n_workers"),
+    ("AsyncSettings", dict(n_workers=2.0), TypeError, "AsyncSettings.n_workers must be an int"),
+    ("AsyncSettings", dict(n_updates=True), TypeError, "AsyncSettings.n_updates"),
+    ("AsyncSettings", dict(lr=0), ValueError, "AsyncSettings.lr"),
+    ("AsyncSettings", dict(lr=float("nan")), ValueError, "AsyncSettings.lr"),
+    ("AsyncSettings", dict(policy="hogwild"), ValueError, "AsyncSettings.policy"),
+    ("AsyncSettings", dict(policy="drop"), ValueError, "max_staleness"),
+    ("AsyncSettings", dict(policy="drop", max_staleness=-1), ValueError, "AsyncSettings.max_staleness"),
+    ("AsyncSettings", dict(max_staleness=4), ValueError, "max_staleness applies to policy='drop' only"),
+    ("AsyncSettings", dict(policy="sync", n_workers=2, n_backup=2), ValueError, "AsyncSettings.n_backup"),
+    ("AsyncSettings", dict(n_backup=1), ValueError, "n_backup applies to policy='sync' only"),
+    ("AsyncSettings", dict(batch_size=0), ValueError, "AsyncSettings.batch_size"),
+    ("AsyncSettings", dict(seed=-1), ValueError, "AsyncSettings.seed"),
+    ("AsyncSettings", dict(compute_time=-0.1), ValueError, "AsyncSettings.compute_time"),
+    ("AsyncSettings", dict(compute_dist="normal"), ValueError, "AsyncSettings.compute_dist"),
+    ("AsyncSettings", dict(apply="apply_update"), TypeError, "AsyncSettings.apply"),
+    ("AsyncSettings", dict(step_size=0.1), TypeError, "AsyncSettings.step_size"),
+    ("AsyncSettings", dict(loss_every=0), ValueError, "AsyncSettings.loss_every"),
+    ("AsyncSettings", dict(slow={4: 2.0}), ValueError, "AsyncSettings.slow names rank 4"),
+    ("AsyncSettings", dict(slow={3: 0.5}), ValueError, "slow"),
+    ("AsyncSettings", dict(faults={5: Fault("kill")}), ValueError, "AsyncSettings.faults names rank 5"),
+    ("AsyncSettings", dict(faults={1: "kill"}), TypeError, "fault"),
+    ("AsyncSettings", dict(timeout=0), ValueError, "AsyncSettings.timeout"),
+    ("AsyncSettings", dict(start_method=1), TypeError, "AsyncSettings.start_method"),
+    ("HogwildSettings", dict(n_workers=0), ValueError, "HogwildSettings.n_workers"),
+    ("HogwildSettings", dict(n_workers=3, n_updates=2), ValueError, "HogwildSettings.n_updates"),
+    ("HogwildSettings", dict(lr=-1), ValueError, "HogwildSettings.lr"),
+    ("HogwildSettings", dict(lock=1), TypeError, "HogwildSettings.lock"),
+    ("HogwildSettings", dict(lock=True, apart=True), ValueError, "nothing to lock"),
+    ("HogwildSettings", dict(worker=3), TypeError, "HogwildSettings.worker"),
+    ("HogwildSettings", dict(repeats=0), ValueError, "HogwildSettings.repeats"),
+    ("FedAvgSettings", dict(n_clients=0), ValueError, "FedAvgSettings.n_clients"),
+    ("FedAvgSettings", dict(local_steps=0), ValueError, "FedAvgSettings.local_steps"),
+    ("FedAvgSettings", dict(min_answers=5), ValueError, "FedAvgSettings.min_answers"),
+    ("FedAvgSettings", dict(shard_ranges=[(0, 10)]), ValueError, "FedAvgSettings.shard_ranges"),
+    ("FedAvgSettings", dict(n_clients=1, shard_ranges=[(5, 5)]), ValueError, "FedAvgSettings.shard_ranges"),
+    ("FedAvgSettings", dict(n_clients=1, shard_ranges=[5]), TypeError, "FedAvgSettings.shard_ranges"),
+    ("FedAvgSettings", dict(average=None), TypeError, "FedAvgSettings.average"),
+    ("FedAvgSettings", dict(slow={9: 2.0}), ValueError, "FedAvgSettings.slow"),
+]
+
+
+@pytest.mark.parametrize("cls, kwargs, error, match", BAD_SETTINGS)
+def test_settings_refuse_a_bad_field_naming_it(cls, kwargs, error, match):
+    import course_lib.async_ps as lesson
+
+    with pytest.raises(error, match=match):
+        getattr(lesson, cls)(**kwargs)
+
+
+def test_settings_are_frozen_and_keywords_must_name_a_setting(data):
+    import dataclasses
+
+    from course_lib.async_ps import AsyncSettings
+
+    settings = AsyncSettings(n_workers=2, slow={np.int64(2): 3})
+    assert settings.slow == {2: 3.0} and type(next(iter(settings.slow))) is int  # as the workers look ranks up
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.n_workers = 3
+    X, y = data
+    with pytest.raises(TypeError, match="no setting n_worker;"):
+        train_async(X, y, n_worker=3)      # a misspelt keyword never runs with the default
+    with pytest.raises(TypeError, match="must be of type AsyncSettings"):
+        train_async(X, y, {"n_workers": 3})
+    with pytest.raises(ValueError, match="max_staleness"):
+        train_async(X, y, AsyncSettings(policy="drop", max_staleness=2), policy="async")  # overrides are checked
+
+
+@pytest.mark.parametrize("policy", ["async", "sync"])
+def test_a_run_from_settings_equals_the_run_from_keywords(data, policy):
+    from course_lib.async_ps import AsyncSettings
+
+    X, y = data
+    n_workers = 1 if policy == "async" else 2   # deterministic runs: one worker, or rounds that wait for all
+    keywords = dict(n_workers=n_workers, n_updates=40, lr=0.1, batch_size=8, seed=5, policy=policy)
+    by_keywords = train_async(X, y, **keywords)
+    by_settings = train_async(X, y, AsyncSettings(**keywords))
+    overridden = train_async(X, y, AsyncSettings(**dict(keywords, seed=0, lr=0.3)), seed=5, lr=0.1)
+    def records(res):  # by version, then worker: a sync round's gradients arrive in any order
+        rows = np.array([res.records[k] for k in ("version", "worker", "staleness", "applied", "lr")]).T
+        return rows[np.lexsort(rows[:, 1::-1].T)]
+
+    for res in (by_settings, overridden):
+        assert np.array_equal(res.w, by_keywords.w) and res.version == by_keywords.version == 40
+        assert np.array_equal(records(res), records(by_keywords))
+    if policy == "async":
+        assert np.array_equal(by_settings.w, serial_sgd(X, y, 40, 0.1, 8, seed=5)[0])
+
+
+def test_hogwild_and_fedavg_from_settings_equal_their_runs_from_keywords(data, star4):
+    from course_lib.async_ps import FedAvgSettings, HogwildSettings, fedavg_serial, train_fedavg
+
+    p = make_sparse_problem(500, 300, 5, seed=1)
+    hog = run_hogwild(p, HogwildSettings(n_workers=1, n_updates=1500, lr=0.4, seed=3))
+    assert np.array_equal(hog.w, run_hogwild(p, n_workers=1, n_updates=1500, lr=0.4, seed=3).w)
+    assert np.array_equal(hog.w, run_serial(p, 1500, 0.4, seed=3).w)
+    X, y = data
+    settings = FedAvgSettings(n_clients=4, n_rounds=4, local_steps=2, lr=0.1)
+    fed = train_fedavg(X, y, settings, cluster=star4)
+    again = train_fedavg(X, y, n_clients=4, n_rounds=4, local_steps=2, lr=0.1, cluster=star4)
+    assert np.array_equal(fed.models, again.models)
+    shards = [(0, 250), (250, 500), (500, 750), (750, 1000)]
+    assert np.array_equal(fed.models, fedavg_serial(X, y, shards, 4, 2, 0.1))
+    with pytest.raises(ValueError, match="go past the data"):
+        train_fedavg(X[:900], y[:900], settings, shard_ranges=shards, cluster=star4)

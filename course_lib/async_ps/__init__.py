@@ -1,7 +1,9 @@
 """Lesson 03: the asynchronous parameter server, staleness, backup workers and Hogwild!.
 
 * :mod:`.parameter_server`: rank 0 serves, the other ranks push gradients; staleness of every gradient.
-* :mod:`.experiment`: ``train_async(X, y, ...)`` runs it on real processes -> :class:`PSResult`.
+* :mod:`.experiment`: ``train_async(X, y, settings)`` runs it on real processes -> :class:`PSResult`.
+* :mod:`.settings`: one frozen, checked dataclass per runner (:class:`AsyncSettings`, :class:`HogwildSettings`,
+  :class:`FedAvgSettings`); each runner also takes their fields as keywords.
 * :mod:`.theory`: backup-worker wait ``mu (H_{N+b} - H_b)`` and its Monte Carlo check.
 * :mod:`.hogwild`: lock-free SGD on a shared-memory vector, a locked variant, a serial baseline.
 * :mod:`.fedavg`: federated averaging (McMahan et al. 2017), the limit of a slow worker -> :class:`FedAvgResult`.
@@ -19,6 +21,7 @@ from .fedavg import FedAvgResult, fedavg, fedavg_serial, local_steps, train_feda
 from .hogwild import HogwildResult, SerialRun, hogwild_worker, locked_worker, on_private_copy, run_hogwild, run_serial
 from .hogwild_timing import collisions, time_hogwild_variants, timed_worker
 from .parameter_server import POLICIES, Record, ServerState, apply_update, constant_lr, run_ps, staleness_aware_lr
+from .settings import AsyncSettings, FedAvgSettings, HogwildSettings
 from .sgd_problems import (
     SparseProblem,
     batch_gradient,
@@ -36,6 +39,7 @@ from .sgd_problems import (
 from .theory import expected_backup_wait, harmonic, simulate_backup_wait
 
 __all__ = [
+    "AsyncSettings", "FedAvgSettings", "HogwildSettings",
     "PSResult", "train_async",
     "FedAvgResult", "fedavg", "fedavg_serial", "local_steps", "train_fedavg",
     "HogwildResult", "SerialRun", "collisions", "timed_worker", "hogwild_worker", "locked_worker", "run_hogwild",

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from .parameter_server import POLICIES, apply_update, run_ps
+from course_lib import validate
+
+from .parameter_server import run_ps
+from .settings import AsyncSettings
 
 _RECORD_FIELDS = ("worker", "version", "staleness", "time", "applied", "lr")
 
@@ -80,14 +83,12 @@ def _records(rows, sent) -> dict:
     return out
 
 
-def train_async(X, y, n_workers: int = 3, n_updates: int = 200, lr: float = 0.05,
-                policy: str = "async", max_staleness: int | None = None, n_backup: int = 0,
-                batch_size: int = 16, seed: int = 0, compute_time: float = 0.0,
-                compute_dist: str = "fixed", slow=None, faults=None, cluster=None,
-                start_method=None, apply=apply_update, step_size=None, loss_every: int = 1,
-                timeout: float = 60.0) -> PSResult:
-    """Train least squares on ``X, y`` with a parameter server and ``n_workers`` workers.
+def train_async(X, y, settings: AsyncSettings | None = None, *, cluster=None, **overrides) -> PSResult:
+    """Train least squares on ``X, y`` with a parameter server and ``settings.n_workers`` workers.
 
+    ``settings``: an :class:`AsyncSettings` (None: its defaults); keywords override its fields,
+    so ``train_async(X, y, n_workers=3, policy="sync")`` and
+    ``train_async(X, y, AsyncSettings(n_workers=3), policy="sync")`` run the same.
     Runs on ``cluster`` (size must be ``n_workers + 1``) or on a fresh
     ``Cluster(n_workers + 1)``. Ranks in ``slow`` / ``faults`` are cluster ranks, so
     workers are 1..n_workers (rank 0 is the server). With ``faults`` the run continues
@@ -95,40 +96,21 @@ def train_async(X, y, n_workers: int = 3, n_updates: int = 200, lr: float = 0.05
     """
     import course_lib as cl
 
-    _check_settings(n_workers, n_updates, lr, policy, max_staleness, n_backup, batch_size, compute_dist)
+    settings = validate.settings_from(AsyncSettings, settings, overrides)
+    n_workers = settings.n_workers
     X, y = _checked_data(X, y, n_workers)
-    kwargs = dict(n_updates=n_updates, lr=lr, policy=policy, max_staleness=max_staleness,
-                  n_backup=n_backup, batch_size=batch_size, seed=seed,
-                  compute_time=compute_time, compute_dist=compute_dist, apply=apply,
-                  step_size=step_size, loss_every=loss_every)
     with contextlib.ExitStack() as stack:
         if cluster is None:
             # A star: workers have a Pipe to the server only, as in a real parameter server.
-            cluster = stack.enter_context(cl.Cluster(n_workers + 1, start_method=start_method,
+            cluster = stack.enter_context(cl.Cluster(n_workers + 1, start_method=settings.start_method,
                                                      graph=nx.star_graph(n_workers)))
         elif cluster.n_workers != n_workers + 1:
             raise ValueError(f"the cluster has {cluster.n_workers} ranks; a parameter server "
                              f"with {n_workers} workers needs n_workers + 1 = {n_workers + 1}")
         X_sa = stack.enter_context(cl.SharedArray.from_array(X))
         y_sa = stack.enter_context(cl.SharedArray.from_array(y))
-        res = cluster.run(run_ps, X_sa, y_sa, **kwargs, **_run_knobs(slow, faults, timeout))
-    return _result(res, policy, n_workers)
-
-
-def _check_settings(n_workers, n_updates, lr, policy, max_staleness, n_backup, batch_size, compute_dist) -> None:
-    """ValueError naming the first setting :func:`train_async` cannot run with."""
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
-    if policy == "drop" and (max_staleness is None or max_staleness < 0):
-        raise ValueError("policy='drop' needs max_staleness >= 0")
-    if compute_dist not in ("fixed", "exp"):
-        raise ValueError(f"compute_dist must be 'fixed' or 'exp', got {compute_dist!r}")
-    if n_workers < 1:
-        raise ValueError(f"need at least one worker, got n_workers={n_workers}")
-    if policy == "sync" and not 0 <= n_backup < n_workers:
-        raise ValueError(f"need 0 <= n_backup < n_workers, got n_backup={n_backup}")
-    if n_updates < 1 or lr <= 0 or batch_size < 1:
-        raise ValueError("need n_updates >= 1, lr > 0 and batch_size >= 1")
+        res = cluster.run(run_ps, X_sa, y_sa, settings, **_run_knobs(settings))
+    return _result(res, settings)
 
 
 def _checked_data(X, y, n_workers: int) -> tuple[np.ndarray, np.ndarray]:
@@ -142,20 +124,20 @@ def _checked_data(X, y, n_workers: int) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-def _run_knobs(slow, faults, timeout: float) -> dict:
+def _run_knobs(settings: AsyncSettings) -> dict:
     """The ``cluster.run`` keywords: with faults, the server carries on past a dead worker."""
-    knobs = dict(timeout=timeout)
-    if slow:
-        knobs["slow"] = slow
-    if faults:
-        knobs["faults"] = faults
+    knobs = dict(timeout=settings.timeout)
+    if settings.slow:
+        knobs["slow"] = settings.slow
+    if settings.faults:
+        knobs["faults"] = settings.faults
         knobs["on_failure"] = "continue"
     return knobs
 
 
-def _result(res, policy: str, n_workers: int) -> PSResult:
+def _result(res, settings: AsyncSettings) -> PSResult:
     """The server's (rank 0's) answer as a :class:`PSResult`."""
-    out = res[0]
+    out, n_workers = res[0], settings.n_workers
     if out is None:
         raise RuntimeError(f"the server (rank 0) failed: {res.failures.get(0)!r}")
     losses = np.asarray(out["losses"], dtype=np.float64)
@@ -166,6 +148,6 @@ def _result(res, policy: str, n_workers: int) -> PSResult:
                     losses={"time": losses[:, 0], "version": losses[:, 1].astype(int),
                             "loss": losses[:, 2]},
                     waits=np.asarray(out["waits"]), dead=list(out["dead"]),
-                    reassigned=list(out["reassigned"]), policy=policy, n_workers=n_workers,
+                    reassigned=list(out["reassigned"]), policy=settings.policy, n_workers=n_workers,
                     wall_time=res.wall_time, run=res, worker_sent=worker_sent,
                     updates={"version": np.arange(1, len(update_times) + 1), "time": update_times})

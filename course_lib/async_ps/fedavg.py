@@ -27,15 +27,18 @@ stop signal is an empty array (0 bytes).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
 
+from course_lib import validate
 from course_lib.datasets import contiguous_shards
 from course_lib.reference.ex03 import fedavg  # question ex03_5
 
+from .settings import FedAvgSettings
 from .sgd_problems import loss
 
 STOP = np.empty(0)  # the server's "no more rounds" (counted as 0 bytes)
@@ -56,14 +59,16 @@ def local_steps(w, X, y, n_steps: int, lr: float, compute_time: float = 0.0, com
 
 
 # ------------------------------------------------------------------------------ the run
-def _client(comm, X_sa, y_sa, start: int, stop: int, n_steps: int, lr: float, compute_time: float):
+def _client(comm, X_sa, y_sa, settings: FedAvgSettings):
+    """Client ``comm.rank``: E local steps on its own rows for every model the server sends, until the stop."""
+    start, stop = settings.shard_ranges[comm.rank - 1]
     X, y = X_sa.array[start:stop], y_sa.array[start:stop]
     rounds = 0
     while True:
         w = comm.recv(source=0)
         if w.size == 0:
             return {"rounds": rounds}
-        comm.send(local_steps(w, X, y, n_steps, lr, compute_time, comm), 0)
+        comm.send(local_steps(w, X, y, settings.local_steps, settings.lr, settings.compute_time, comm), 0)
         rounds += 1
 
 
@@ -79,11 +84,14 @@ class _ServerLog:
     models_received: int = 0
 
 
-def _serve(comm, d: int, sizes, n_rounds: int, min_answers, average):
+def _serve(comm, d: int, settings: FedAvgSettings):
+    """The server's rounds (see the module); what it saw of them."""
+    sizes = [stop - start for start, stop in settings.shard_ranges]
+    min_answers = settings.min_answers
     log = _ServerLog(models=[np.zeros(d)], times=[comm.now()], answered=[])
     w = log.models[0]
     idle, given = set(range(1, comm.size)), {}   # given: client -> the round it is computing
-    for t in range(n_rounds):
+    for t in range(settings.n_rounds):
         for k in sorted(idle):
             comm.send(w, k)
             given[k] = t
@@ -101,7 +109,8 @@ def _serve(comm, d: int, sizes, n_rounds: int, min_answers, average):
             else:
                 log.late += 1
         clients = sorted(got)
-        w = np.asarray(average([got[k] for k in clients], [sizes[k - 1] for k in clients]), dtype=np.float64)
+        w = np.asarray(settings.average([got[k] for k in clients], [sizes[k - 1] for k in clients]),
+                       dtype=np.float64)
         log.models.append(w)
         log.times.append(comm.now())
         log.answered.append(tuple(clients))
@@ -115,17 +124,17 @@ def _serve(comm, d: int, sizes, n_rounds: int, min_answers, average):
     return log
 
 
-def run_fedavg(comm, X_sa, y_sa, shard_ranges, n_rounds: int, n_steps: int, lr: float,
-               min_answers=None, compute_time: float = 0.0, average=fedavg):
-    """SPMD entry point for ``cluster.run``: rank 0 serves, rank k is the client of ``shard_ranges[k-1]``.
+def run_fedavg(comm, X_sa, y_sa, settings: FedAvgSettings):
+    """SPMD entry point for ``cluster.run``: rank 0 serves, rank k is the client of ``settings.shard_ranges[k-1]``.
 
-    ``average(models, sizes)``: the server's step (default :func:`fedavg`, question ex03_5)."""
+    ``settings``: the run's :class:`FedAvgSettings`, whole, with its ``shard_ranges`` given;
+    ``settings.average(models, sizes)`` is the server's step (default :func:`fedavg`, question ex03_5)."""
+    if not isinstance(settings, FedAvgSettings) or settings.shard_ranges is None:
+        raise TypeError("run_fedavg takes a FedAvgSettings with its shard_ranges given")
     comm.barrier()
     if comm.rank != 0:
-        start, stop = shard_ranges[comm.rank - 1]
-        return _client(comm, X_sa, y_sa, start, stop, n_steps, lr, compute_time)
-    sizes = [stop - start for start, stop in shard_ranges]
-    return _serve(comm, X_sa.shape[1], sizes, n_rounds, min_answers, average)
+        return _client(comm, X_sa, y_sa, settings)
+    return _serve(comm, X_sa.shape[1], settings)
 
 
 @dataclass
@@ -179,27 +188,21 @@ class FedAvgResult:
         return float(np.mean([client in a for a in self.answered]))
 
 
-def train_fedavg(X, y, n_clients: int = 4, n_rounds: int = 50, local_steps: int = 1, lr: float = 0.1,
-                 shard_ranges=None, min_answers=None, compute_time: float = 0.0, slow=None,
-                 cluster=None, average=fedavg, timeout: float = 60.0) -> FedAvgResult:
-    """FedAvg with ``n_clients`` clients on real processes (a star: clients talk to the server only).
+def train_fedavg(X, y, settings: FedAvgSettings | None = None, *, cluster=None, **overrides) -> FedAvgResult:
+    """FedAvg with ``settings.n_clients`` clients on real processes (a star: clients talk to the server only).
 
-    ``shard_ranges``: the clients' rows as ``[(start, stop), ...]`` (default: the contiguous shards
-    of :func:`course_lib.datasets.contiguous_shards`, the shards ``make_least_squares(n_shards=...,
-    shard_shift=...)`` makes non-IID). ``slow``: {client rank: factor} for ``Cluster.run``.
-    ``average``: the server's averaging step (default :func:`fedavg`).
+    ``settings``: a :class:`FedAvgSettings` (None: its defaults); keywords override its fields, as in
+    ``train_fedavg(X, y, n_clients=4, local_steps=5)``. Its ``shard_ranges`` default to the contiguous
+    shards of :func:`course_lib.datasets.contiguous_shards`, the shards ``make_least_squares(n_shards=...,
+    shard_shift=...)`` makes non-IID. Runs on ``cluster`` (``n_clients + 1`` ranks) or on a fresh one.
     """
     import course_lib as cl
 
+    settings = validate.settings_from(FedAvgSettings, settings, overrides)
     X = np.ascontiguousarray(X, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.float64)
-    shard_ranges = [tuple(map(int, r)) for r in (shard_ranges or contiguous_shards(len(y), n_clients))]
-    if len(shard_ranges) != n_clients or any(stop <= start for start, stop in shard_ranges):
-        raise ValueError(f"need one non-empty row range per client ({n_clients}), got {shard_ranges}")
-    if n_rounds < 1 or local_steps < 1 or lr <= 0:
-        raise ValueError("need n_rounds >= 1, local_steps >= 1 and lr > 0")
-    if min_answers is not None and not 1 <= min_answers <= n_clients:
-        raise ValueError(f"min_answers must be None or 1..{n_clients}, got {min_answers}")
+    settings = _with_shards(settings, len(y))
+    n_clients = settings.n_clients
     with contextlib.ExitStack() as stack:
         if cluster is None:
             cluster = stack.enter_context(cl.Cluster(n_clients + 1, graph=nx.star_graph(n_clients)))
@@ -207,13 +210,22 @@ def train_fedavg(X, y, n_clients: int = 4, n_rounds: int = 50, local_steps: int 
             raise ValueError(f"the cluster has {cluster.n_workers} ranks; {n_clients} clients need {n_clients + 1}")
         X_sa = stack.enter_context(cl.SharedArray.from_array(X))
         y_sa = stack.enter_context(cl.SharedArray.from_array(y))
-        res = cluster.run(run_fedavg, X_sa, y_sa, shard_ranges, n_rounds, local_steps, lr, min_answers,
-                          compute_time, average, timeout=timeout, **({"slow": slow} if slow else {}))
+        res = cluster.run(run_fedavg, X_sa, y_sa, settings, timeout=settings.timeout,
+                          **({"slow": settings.slow} if settings.slow else {}))
     log = res[0]
     return FedAvgResult(models=np.array(log.models), times=np.array(log.times), answered=log.answered,
                         late=log.late, models_sent=log.models_sent, models_received=log.models_received,
-                        sizes=tuple(stop - start for start, stop in shard_ranges), local_steps=local_steps,
-                        wall_time=res.wall_time, run=res)
+                        sizes=tuple(stop - start for start, stop in settings.shard_ranges),
+                        local_steps=settings.local_steps, wall_time=res.wall_time, run=res)
+
+
+def _with_shards(settings: FedAvgSettings, n_rows: int) -> FedAvgSettings:
+    """``settings`` with its clients' rows: the contiguous shards of the data unless given; all within the data."""
+    if settings.shard_ranges is None:
+        return dataclasses.replace(settings, shard_ranges=contiguous_shards(n_rows, settings.n_clients))
+    if any(stop > n_rows for _, stop in settings.shard_ranges):
+        raise ValueError(f"FedAvgSettings.shard_ranges {list(settings.shard_ranges)} go past the data's {n_rows} rows")
+    return settings
 
 
 def fedavg_serial(X, y, shard_ranges, n_rounds: int, n_steps: int, lr: float, answered=None) -> np.ndarray:

@@ -22,8 +22,10 @@ from typing import NamedTuple
 import cloudpickle
 import numpy as np
 
+from course_lib import validate
 from course_lib.reference.ex03 import hogwild_worker  # question ex03_3
 
+from .settings import HogwildSettings
 from .sgd_problems import SparseProblem, sample_order, serial_sparse_sgd, sparse_loss
 
 
@@ -100,11 +102,11 @@ def _context(start_method):
     return mp.get_context(method)
 
 
-def run_hogwild(problem: SparseProblem, n_workers: int = 2, n_updates: int = 20000,
-                lr: float = 0.5, lock: bool = False, worker=None, seed: int = 0,
-                start_method=None, timeout: float = 60.0, repeats: int = 1, apart: bool = False) -> HogwildResult:
-    """Run ``n_workers`` processes of Hogwild! (or the locked variant) on ``problem``.
+def run_hogwild(problem: SparseProblem, settings: HogwildSettings | None = None, **overrides) -> HogwildResult:
+    """Run ``settings.n_workers`` processes of Hogwild! (or the locked variant) on ``problem``.
 
+    ``settings``: a :class:`HogwildSettings` (None: its defaults); keywords override its fields,
+    as in ``run_hogwild(p, n_workers=2, lock=True)``.
     The ``n_updates`` samples are ``sample_order(n, n_updates, seed)`` dealt round-robin to
     the workers, so the serial baseline (``serial_sparse_sgd`` on the same order) makes the
     same number of updates on the same samples. ``worker`` replaces the worker loop
@@ -118,21 +120,14 @@ def run_hogwild(problem: SparseProblem, n_workers: int = 2, n_updates: int = 200
     another program may hold a core, so one run says as much about the laptop as about
     Hogwild!; the fastest of a few is what timeit reports, for the same reason.
     """
-    if n_workers < 1:
-        raise ValueError(f"need n_workers >= 1, got {n_workers}")
-    if n_updates < n_workers:
-        raise ValueError("need at least one update per worker")
-    if repeats < 1:
-        raise ValueError(f"need repeats >= 1, got {repeats}")
+    settings = validate.settings_from(HogwildSettings, settings, overrides)
+    worker = settings.worker
     if worker is None:
-        worker = locked_worker if lock else hogwild_worker
-    if apart and lock:
-        raise ValueError("apart=True shares nothing, so there is nothing to lock")
-    if apart:
+        worker = locked_worker if settings.lock else hogwild_worker
+    if settings.apart:
         worker = on_private_copy(worker)
-    ctx = _context(start_method)
-    runs = [_run_once(ctx, problem, n_workers, n_updates, lr, lock, apart, worker, seed, timeout)
-            for _ in range(repeats)]
+    ctx = _context(settings.start_method)
+    runs = [_run_once(ctx, problem, settings, worker) for _ in range(settings.repeats)]
     return fastest_run(runs)
 
 
@@ -154,32 +149,33 @@ def on_private_copy(worker):
     return apart
 
 
-def _run_once(ctx, problem, n_workers, n_updates, lr, lock, apart, worker, seed, timeout) -> HogwildResult:
-    """One run of :func:`run_hogwild`: fresh shared arrays, the workers, their result."""
+def _run_once(ctx, problem, settings: HogwildSettings, worker) -> HogwildResult:
+    """One run of :func:`run_hogwild` with the loop ``worker``: fresh shared arrays, the workers, their result."""
     from course_lib.runtime.shm import SharedArray
 
-    order = sample_order(problem.n, n_updates, seed)
+    n_workers = settings.n_workers
+    order = sample_order(problem.n, settings.n_updates, settings.seed)
     samples = [order[r::n_workers] for r in range(n_workers)]
     arrays = [SharedArray.create(problem.d, np.float64, fill=0.0),
               SharedArray.from_array(problem.idx), SharedArray.from_array(problem.val),
               SharedArray.from_array(problem.y)]
     try:
-        reports = _run_workers(ctx, worker, arrays, samples, lr, lock, timeout)
+        reports = _run_workers(ctx, worker, arrays, samples, settings)
         w = arrays[0].array.copy()
     finally:
         for a in arrays:
             a.release()
-    return _result(reports, samples, w, problem, lock, apart)
+    return _result(reports, samples, w, problem, settings)
 
 
-def _run_workers(ctx, worker, arrays, samples, lr, lock, timeout) -> list[_Report]:
+def _run_workers(ctx, worker, arrays, samples, settings: HogwildSettings) -> list[_Report]:
     """One process per entry of ``samples``, started together (a barrier); their reports, in rank order."""
-    shared_lock = ctx.Lock() if lock else None
+    shared_lock = ctx.Lock() if settings.lock else None
     barrier = ctx.Barrier(len(samples))
     procs, conns = [], []
     try:
         for r, mine in enumerate(samples):
-            payload = cloudpickle.dumps((worker, *arrays, mine, lr))
+            payload = cloudpickle.dumps((worker, *arrays, mine, settings.lr))
             recv_end, send_end = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_entry, args=(payload, r, shared_lock, barrier, send_end),
                             name=f"hogwild-{r}", daemon=True)
@@ -187,7 +183,7 @@ def _run_workers(ctx, worker, arrays, samples, lr, lock, timeout) -> list[_Repor
             send_end.close()  # the child holds the only send end: EOF here means it died
             procs.append(p)
             conns.append(recv_end)
-        return _collect_reports(procs, conns, timeout)
+        return _collect_reports(procs, conns, settings.timeout)
     finally:
         _stop(procs, conns)
 
@@ -221,7 +217,7 @@ def _stop(procs, conns) -> None:
         c.close()
 
 
-def _result(reports: list[_Report], samples, w, problem: SparseProblem, lock: bool, apart: bool) -> HogwildResult:
+def _result(reports: list[_Report], samples, w, problem: SparseProblem, settings: HogwildSettings) -> HogwildResult:
     """Times relative to the first start; timed_worker's dicts split into counts and spans."""
     t_first = min(rep.start for rep in reports)
     spans = None
@@ -233,7 +229,8 @@ def _result(reports: list[_Report], samples, w, problem: SparseProblem, lock: bo
         wall_time=max(rep.end for rep in reports) - t_first,
         worker_times=[(rep.start - t_first, rep.end - t_first) for rep in reports],
         cpu_share=[rep.cpu / max(rep.end - rep.start, 1e-9) for rep in reports],
-        n_updates=sum(rep.updates for rep in reports), locked=lock, apart=apart, n_workers=len(reports),
+        n_updates=sum(rep.updates for rep in reports), locked=settings.lock, apart=settings.apart,
+        n_workers=len(reports),
         spans=spans, samples=samples)
 
 

@@ -12,9 +12,11 @@ import time
 
 import numpy as np
 
+from course_lib import validate
 from course_lib.reference.ex03 import hogwild_worker  # question ex03_3
 
 from .hogwild import HogwildResult, fastest_run, run_hogwild
+from .settings import HogwildSettings
 from .sgd_problems import SparseProblem
 
 
@@ -76,10 +78,11 @@ VARIANTS = {"1 process": {"n_workers": 1}, "lock-free x2": {"n_workers": 2},
             "locked x2": {"n_workers": 2, "lock": True}, "share nothing x2": {"n_workers": 2, "apart": True}}
 
 
-def time_hogwild_variants(problem: SparseProblem, n_updates: int = 20000, lr: float = 0.5, repeats: int = 5,
-                          worker=None, variants: dict = VARIANTS, seed: int = 0) -> dict[str, HogwildResult]:
-    """Each of ``variants`` (label -> keyword arguments of :func:`run_hogwild`), run ``repeats``
-    times in turns (one run of each, then again), each returned as its fastest run.
+def time_hogwild_variants(problem: SparseProblem, settings: HogwildSettings | None = None, *, repeats: int = 5,
+                          variants: dict = VARIANTS, **overrides) -> dict[str, HogwildResult]:
+    """Each of ``variants`` (label -> fields of :class:`HogwildSettings` that differ from
+    ``settings``, itself overridden by the keywords), run ``repeats`` times in turns (one run of
+    each, then again), each returned as its fastest run.
 
     Why in turns: the speed of a core drifts over a second or so (another program, or on a
     virtual machine another tenant on the same physical core; measured here: the same serial
@@ -88,10 +91,12 @@ def time_hogwild_variants(problem: SparseProblem, n_updates: int = 20000, lr: fl
     and compare the spells; in turns, each has its runs spread over the same spells, and the
     fastest of each is a fair comparison.
     """
-    if repeats < 1:
-        raise ValueError(f"need repeats >= 1, got {repeats}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"need repeats >= 1, got {repeats!r}")
+    base = validate.settings_from(HogwildSettings, settings, overrides)
+    each = {label: validate.settings_from(HogwildSettings, base, changes) for label, changes in variants.items()}
     runs = {label: [] for label in variants}
     for _ in range(repeats):
-        for label, kwargs in variants.items():
-            runs[label].append(run_hogwild(problem, n_updates=n_updates, lr=lr, worker=worker, seed=seed, **kwargs))
+        for label, variant in each.items():
+            runs[label].append(run_hogwild(problem, variant))
     return {label: fastest_run(results) for label, results in runs.items()}

@@ -8,7 +8,7 @@ while it already holds version ``t``, the gradient is ``t - v`` updates old:
 
     staleness = server version when applied - version the gradient was computed on  (>= 0)
 
-Policies (``policy=``):
+Policies (``AsyncSettings.policy``):
 
 * ``"async"``: apply every gradient with step ``lr`` (Hogwild!-style PS; Dean et al. 2012).
 * ``"staleness_aware"``: step ``lr / (staleness + 1)`` (Zhang et al. 2016).
@@ -36,9 +36,11 @@ import numpy as np
 from course_lib.reference.ex03 import apply_update, staleness_aware_lr  # questions ex03_1, ex03_2
 
 from .records import Record, constant_lr
+from .settings import POLICIES, AsyncSettings
 from .sgd_problems import batch_gradient, batch_rng, loss, shards
 
-POLICIES = ("async", "staleness_aware", "drop", "sync")
+__all__ = ["POLICIES", "AsyncSettings", "Record", "ServerState", "apply_update", "constant_lr", "run_ps",
+           "staleness_aware_lr"]
 
 
 @dataclass
@@ -75,17 +77,24 @@ def _pause(comm, seconds: float, interruptible: bool):
         time.sleep(min(left, 0.0005))
 
 
-def _worker(comm, X_sa, y_sa, batch_size, seed, compute_time, compute_dist, interruptible):
+def _worker(comm, X_sa, y_sa, settings: AsyncSettings):
+    """Pull ``w``, push a minibatch gradient, until the server says stop; the worker's counters.
+
+    Under ``"sync"`` the emulated compute is interruptible: a new round's ``w`` arriving meanwhile
+    means this gradient came too late, and the worker drops it for the new round."""
     X, y = X_sa.array, y_sa.array
-    rng = batch_rng(seed, comm.rank)
-    time_rng = np.random.default_rng([seed, comm.rank, 1])
+    rng = batch_rng(settings.seed, comm.rank)
+    time_rng = np.random.default_rng([settings.seed, comm.rank, 1])
+    interruptible = settings.policy == "sync"
     computed = abandoned = 0
     sent = []  # the run clock when each gradient left (the server gets the same number)
     msg = comm.recv(source=0)
     while msg[0] != "stop":
         _, version, w, rows = msg
-        batch = rng.choice(rows, batch_size)
-        pause = compute_time if compute_dist == "fixed" else time_rng.exponential(compute_time)
+        batch = rng.choice(rows, settings.batch_size)
+        pause = settings.compute_time
+        if settings.compute_dist == "exp":
+            pause = time_rng.exponential(settings.compute_time)
         with comm.compute("gradient"):
             g = batch_gradient(X, y, batch, w)
             interrupt = _pause(comm, pause, interruptible)
@@ -103,13 +112,12 @@ def _worker(comm, X_sa, y_sa, batch_size, seed, compute_time, compute_dist, inte
 
 # ----------------------------------------------------------------------------- server
 class _Server:
-    def __init__(self, comm, X, y, lr, loss_every):
-        self.comm, self.X, self.y = comm, X, y
-        self.state = ServerState(w=np.zeros(X.shape[1]), lr=lr)
+    def __init__(self, comm, X, y, settings: AsyncSettings):
+        self.comm, self.X, self.y, self.settings = comm, X, y, settings
+        self.state = ServerState(w=np.zeros(X.shape[1]), lr=settings.lr)
         self.live = set(range(1, comm.size))
         self.dead: list[int] = []
         self.rows = {r: [s] for r, s in zip(sorted(self.live), shards(len(y), len(self.live)))}
-        self.loss_every = loss_every
         self.losses = [(comm.now(), 0, loss(X, y, self.state.w))]
         self.reassigned: list[tuple] = []
         self.sent: list[float] = []          # the worker's send time of each record, in record order
@@ -125,7 +133,7 @@ class _Server:
 
     def record_loss(self):
         v = self.state.version
-        if v % self.loss_every == 0:
+        if v % self.settings.loss_every == 0:
             self.losses.append((self.comm.now(), v, loss(self.X, self.y, self.state.w)))
 
     def send_w(self, r):
@@ -174,31 +182,33 @@ class _Server:
                 pending.discard(src)
 
 
-def _serve_async(srv: _Server, n_updates, policy, max_staleness, apply, step_size):
-    st = srv.state
+def _serve_async(srv: _Server, step_size):
+    """Apply each gradient as it comes (or drop it, if too stale under ``"drop"``) and answer its sender."""
+    st, settings = srv.state, srv.settings
     for r in sorted(srv.live):
         srv.send_w(r)
-    while st.version < n_updates and srv.live:
+    while st.version < settings.n_updates and srv.live:
         got = srv.recv()
         if got is None:
             continue
         src, (_, g, v, sent) = got
         t = srv.comm.now()
         srv.sent.append(sent)
-        if policy == "drop" and st.version - v > max_staleness:
+        if settings.policy == "drop" and st.version - v > settings.max_staleness:
             st.records.append(Record(src, v, st.version - v, t, False, 0.0))
         else:
-            apply(st, g, v, src, t, step_size)
+            settings.apply(st, g, v, src, t, step_size)
             srv.note_update()
             srv.record_loss()
         srv.send_w(src)
 
 
-def _serve_sync(srv: _Server, n_updates, n_backup):
-    st = srv.state
+def _serve_sync(srv: _Server):
+    """Rounds: send ``w`` to all, average the first ``live - n_backup`` fresh gradients; the rounds' waits."""
+    st, settings = srv.state, srv.settings
     waits = []
-    while st.version < n_updates and srv.live:
-        need = max(1, min(len(srv.live) - n_backup, len(srv.live)))
+    while st.version < settings.n_updates and srv.live:
+        need = max(1, min(len(srv.live) - settings.n_backup, len(srv.live)))
         for r in sorted(srv.live):
             srv.send_w(r)
         start = srv.comm.now()
@@ -227,29 +237,30 @@ def _serve_sync(srv: _Server, n_updates, n_backup):
     return waits
 
 
-def run_ps(comm, X_sa, y_sa, n_updates=200, lr=0.05, policy="async", max_staleness=None,
-           n_backup=0, batch_size=16, seed=0, compute_time=0.0, compute_dist="fixed",
-           apply=apply_update, step_size=None, loss_every=1):
+def run_ps(comm, X_sa, y_sa, settings: AsyncSettings | None = None):
     """SPMD entry point for ``cluster.run``: rank 0 is the server, the others are workers.
 
     ``X_sa, y_sa``: :class:`course_lib.SharedArray` with the data (workers read their rows
-    in place). ``compute_time``: emulated seconds of compute per gradient (a constant, or
-    the mean of an exponential with ``compute_dist="exp"``), slowed by ``Cluster(slow=...)``.
+    in place). ``settings``: the run's :class:`AsyncSettings`, whole (its ``slow``, ``faults``,
+    ``start_method`` and ``timeout`` are the caller's business with the cluster; None: the defaults).
     Rank 0 returns a dict (see :class:`PSResult`), workers return their counters.
     """
+    settings = AsyncSettings() if settings is None else settings
+    if not isinstance(settings, AsyncSettings):
+        raise TypeError(f"run_ps takes an AsyncSettings, got {type(settings).__name__}")
     comm.barrier()  # start together: a late-starting worker would look stale for no reason
     if comm.rank != 0:
-        return _worker(comm, X_sa, y_sa, batch_size, seed, compute_time, compute_dist,
-                       interruptible=(policy == "sync"))
+        return _worker(comm, X_sa, y_sa, settings)
     X, y = X_sa.array, y_sa.array
-    srv = _Server(comm, X, y, lr, loss_every)
+    srv = _Server(comm, X, y, settings)
     waits = []
-    if policy == "sync":
-        waits = _serve_sync(srv, n_updates, n_backup)
+    if settings.policy == "sync":
+        waits = _serve_sync(srv)
     else:
+        step_size = settings.step_size
         if step_size is None:
-            step_size = staleness_aware_lr if policy == "staleness_aware" else constant_lr
-        _serve_async(srv, n_updates, policy, max_staleness, apply, step_size)
+            step_size = staleness_aware_lr if settings.policy == "staleness_aware" else constant_lr
+        _serve_async(srv, step_size)
     if srv.losses[-1][1] != srv.state.version:
         srv.losses.append((comm.now(), srv.state.version, loss(X, y, srv.state.w)))
     srv.finish()

@@ -4,7 +4,8 @@
 * :mod:`.keys`: request validation (sorted, distinct, in range, right length) and slicing by range.
 * :mod:`.node`: the SPMD entry point (which rank plays which node) and the final parameters.
 * :mod:`.messages`: every message of the protocol, a frozen dataclass each, and the wire codec.
-* :mod:`.server`: a server process (summing or l1 update, bounded-delay gate), a handler per message.
+* :mod:`.kv_server`: a server process, ps-lite's KVServer (summing or l1 update, bounded-delay gate), a
+  handler per message.
 * :mod:`.replication`: chain replication, replication after aggregation; a dead server's replica takes over.
 * :mod:`.worker`: the worker API ``push / pull / wait``; re-sends to the next replica.
 * :mod:`.join`: a server joins the ring while training runs.
@@ -22,10 +23,10 @@ from .config import PSConfig
 from .consistency import INF, may_answer_pull, may_read, model_name, ssp_violations
 from .filters import kkt_filter, significantly_modified, soft_threshold
 from .keys import BadRequest, check_request, request_nbytes, slice_request
+from .kv_server import Server, serve
 from .node import gather_store, ps_node
 from .ring import HashRing, arc_of, keys_moved, modulo_owner, ring_lookup
 from .scheduler import schedule
-from .server import Server, serve
 from .vclock import RangeClock, merge_clocks
 from .worker import KVWorker
 

@@ -69,7 +69,7 @@ def moving_keys(cfg) -> np.ndarray:
 
 
 class ServerState(Protocol):
-    """What the join needs of the server process it runs in (:class:`.server.Server`)."""
+    """What the join needs of the server process it runs in (:class:`.kv_server.Server`)."""
     me: int                    # this server's rank
     store: np.ndarray          # (n_keys, val_len) parameters
     dead: set[int]             # ranks known dead

@@ -1,4 +1,5 @@
-"""A server process of the parameter server: its store, its message handlers and its read gate.
+"""The key-value server of the parameter server (ps-lite's KVServer): its store, its message
+handlers and its read gate.
 
 A server holds ``store[key]`` for every key (it answers only for the ranges it is in the chain
 of). It receives one message at a time and hands it to the handler that its dispatch table

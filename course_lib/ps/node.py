@@ -1,6 +1,6 @@
 """The nodes of a small parameter server (after Li et al., OSDI 2014 and ps-lite), and who plays which.
 
-Ranks ``0 .. S-1`` are servers (:mod:`.server`), ranks ``S .. S+W-1`` workers (:mod:`.worker`,
+Ranks ``0 .. S-1`` are servers (:mod:`.kv_server`), ranks ``S .. S+W-1`` workers (:mod:`.worker`,
 worker id ``w = rank - S``), and with ``cfg.scheduler`` the last rank hands out data
 (:mod:`.scheduler`). Every rank runs :func:`ps_node` (SPMD); they talk in the messages of
 :mod:`.messages`, over the runtime's Pipes.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .config import PSConfig
-from .server import serve
+from .kv_server import serve
 from .worker import KVWorker
 
 

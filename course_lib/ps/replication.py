@@ -23,7 +23,7 @@ from .messages import Ack, Aggregate, Forward, Message, Push, RangeSum, Slice, T
 
 
 class ChainMember(Protocol):
-    """What replication needs of the server process it runs in (:class:`.server.Server`)."""
+    """What replication needs of the server process it runs in (:class:`.kv_server.Server`)."""
     cfg: PSConfig
     me: int                    # this server's rank
     rings: tuple               # the ring of each epoch

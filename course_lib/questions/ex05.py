@@ -300,14 +300,14 @@ def _parts_of_other_questions_fixed():
     runs the student's own ring_lookup (ex05_1) and may_read (ex05_2): a correct routing or gate for
     any ring and any tau *is* those answers, so no other copy of them may ship with these checks.
     The statement says ex05_6 builds on them, and a failure names them (:func:`_builds_on`)."""
-    from course_lib.ps import server
+    from course_lib.ps import kv_server
 
-    saved = vars(server)["RangeClock"]
-    vars(server)["RangeClock"] = _NoRangeClock    # looked up at call time, in the module's globals
+    saved = vars(kv_server)["RangeClock"]
+    vars(kv_server)["RangeClock"] = _NoRangeClock    # looked up at call time, in the module's globals
     try:
         yield
     finally:
-        vars(server)["RangeClock"] = saved
+        vars(kv_server)["RangeClock"] = saved
 
 
 def _ps_node_alone(comm, cfg, *args):

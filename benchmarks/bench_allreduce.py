@@ -1,14 +1,14 @@
 """Allreduce at p = 2 and 4, 4 KB to 16 MB: course_lib shared memory vs MPICH vs memcpy.
 
-Both engines are timed by the same procedure (course_lib.allreduce_bench.timed_tries) in
-one run: three rounds of 20 tries each, pooled, so a burst of load from other jobs on the
-machine hits both alike. Best and median per call are printed, and the ratio MPI/shm
-(above 1: course_lib is faster).
+Both engines are timed by the same procedure
+(course_lib.beyond_one_machine.allreduce_benchmark.timed_tries) in one run: three rounds of 20
+tries each, pooled, so a burst of load from other jobs on the machine hits both alike. Best and
+median per call are printed, and the ratio MPI/shm (above 1: course_lib is faster).
 
 Ranks are bound to cores for both engines (``mpiexec -bind-to core``; rank r on core r
 mod cores for course_lib), as MPI launchers do on clusters; then a sweep without binding
 at 4 KB and 64 KB shows what an unbound run gets on a busy machine (see
-course_lib.allreduce_bench for why the two differ).
+course_lib.beyond_one_machine.allreduce_benchmark for why the two differ).
 
 Targets (lesson 07): within 3x of MPI_Allreduce at 4 KB and 64 KB (ratio >= 0.33), at
 least as fast from 1 MB up (ratio >= 1.0). p = 4 runs on however many cores there are
@@ -16,7 +16,8 @@ least as fast from 1 MB up (ratio >= 1.0). p = 4 runs on however many cores ther
 """
 from __future__ import annotations
 
-from course_lib.allreduce_bench import SIZES, compare, format_table, mpiexec_path
+from course_lib.beyond_one_machine import SIZES, compare, format_table
+from course_lib.runtime.mpi_backend import mpiexec_path
 
 PS = (2, 4)
 TRIES, ROUNDS = 20, 3

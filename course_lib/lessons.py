@@ -132,7 +132,7 @@ LESSONS = (
                '(p-1)/(m+p-1) exact in steps and measured in timelines; data vs tensor vs pipeline from measured '
                "runs; TensorFlow's in-graph vs between-graph replication, run as graphs placed on workers")),
     Lesson("07", "beyond_one_machine", 'Beyond one machine: the same code on MPI',
-           time='45 / 30 min', package=None,
+           time='45 / 30 min', package='beyond_one_machine',
            questions=('ex07_1', 'ex07_2', 'ex07_3', 'ex07_4'),
            uses=('ex02_4', 'ex07_4'),
            tests=('test_mpi.py', 'test_lesson07.py', 'test_shm_sync.py', 'test_scheduling.py'),

@@ -15,8 +15,8 @@ import nbformat
 import pytest
 
 from course_lib import claims, nbrun
-from course_lib.allreduce_bench import mpiexec_path
 from course_lib.replay import RECORD_ENV, merge_recording
+from course_lib.runtime.mpi_backend import mpiexec_path
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS, SOLUTIONS, EXERCISES = REPO / "notebooks", REPO / "solutions", REPO / "exercises"

@@ -72,8 +72,8 @@ def test_the_probe_tries_one_worker_more_than_the_cores_at_least_2_at_most_the_c
 ALLOWED_OS_READS = {
     "course_lib/probe.py": "the one home of the core count",
     "course_lib/runtime/shm_sync.py": "spin or yield: needs the CPUs this process really has",
-    "course_lib/allreduce_bench.py": "binds rank r to a real CPU id",
-    "course_lib/scheduling.py": "binds rank r to a real CPU id",
+    "course_lib/beyond_one_machine/allreduce_benchmark.py": "binds rank r to a real CPU id",
+    "course_lib/beyond_one_machine/gang_scheduling.py": "binds rank r to a real CPU id",
     "course_lib/grade.py": "how many notebooks the grader runs at once",
 }
 OS_READ = re.compile(r"cpu_count\s*\(|sched_getaffinity|multiprocessing\.cpu_count|psutil\.cpu_count")

@@ -1,7 +1,7 @@
 """Lesson 07: every sentence about the measured run holds on the notebook's own numbers.
 
 The notebook is executed headless (as students run it), then its ``table`` (allreduce times
-per engine, process count and size, from ``course_lib.allreduce_bench.compare``) is read back
+per engine, process count and size, from ``course_lib.beyond_one_machine.compare``) is read back
 and each claim of its text is checked. The machine is shared and noisy, so comparisons
 carry margins; timing is only ever compared as ratios measured in the same run.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from course_lib.allreduce_bench import SIZES
+from course_lib.beyond_one_machine import SIZES
 
 from common import LOADED_BUDGET_S, NOTEBOOKS, needs_mpi
 
@@ -103,7 +103,7 @@ def test_memcpy_beats_every_allreduce_from_1_mb_up(run):
 
 def test_the_memcpy_ceiling_is_measured_between_unaliased_buffers():
     """Source and destination 2048 bytes apart modulo a 4 KB page, whatever the size."""
-    from course_lib.allreduce_bench import unaliased_pair
+    from course_lib.beyond_one_machine.allreduce_benchmark import unaliased_pair
 
     for nbytes in (4 * 2 ** 10, 64 * 2 ** 10, MB, 3 * MB + 4):
         src, dst = unaliased_pair(nbytes)

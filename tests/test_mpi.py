@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from course_lib.allreduce_bench import mpiexec_path
+from course_lib.runtime.mpi_backend import mpiexec_path
 
 from common import REPO as ROOT
 from common import needs_mpi

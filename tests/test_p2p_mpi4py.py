@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 from course_lib import MPI, Cluster, WorkerError
-from course_lib.allreduce_bench import mpiexec_path
 from course_lib.runtime import wire
 from course_lib.runtime.mpi4py_methods import MPI4PY_COMM_METHODS
+from course_lib.runtime.mpi_backend import mpiexec_path
 
 from common import needs_mpi
 

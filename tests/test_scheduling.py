@@ -1,5 +1,6 @@
-"""course_lib.scheduling: synchronous jobs on real processes, the gang scheduler's SIGSTOP/SIGCONT
-slices, and the records lesson 07 draws (step ends, waits, CPU burned while waiting).
+"""course_lib.beyond_one_machine.gang_scheduling: synchronous jobs on real processes, the gang
+scheduler's SIGSTOP/SIGCONT slices, and the records lesson 07 draws (step ends, waits, CPU burned
+while waiting).
 
 Checked on processes: the allreduce of each step gives the mean of the ranks' vectors (against
 the value computed here), every step sends one message per ordered pair of ranks (counted by the
@@ -16,8 +17,8 @@ import numpy as np
 import psutil
 import pytest
 
-from course_lib import scheduling
-from course_lib.scheduling import GangScheduler, JobSpec, run_jobs
+from course_lib.beyond_one_machine import GangScheduler, JobSpec, calibrate_work, run_jobs
+from course_lib.beyond_one_machine.gang_scheduling import compute
 
 
 def test_job_spec_is_validated():
@@ -61,9 +62,9 @@ def test_a_late_worker_keeps_the_first_one_waiting_at_the_first_collective():
 
 
 def test_calibrated_work_takes_about_the_asked_time():
-    work = scheduling.calibrate_work(2e-3)
+    work = calibrate_work(2e-3)
     t0 = time.process_time()
-    scheduling.compute(work * 10)
+    compute(work * 10)
     cpu = time.process_time() - t0
     assert 0.005 < cpu < 0.2                       # 20 ms asked; CPU time, so load only slows it a little
 
@@ -114,7 +115,7 @@ def test_gang_scheduler_runs_one_group_at_a_time_and_resumes_all():
 
 
 def test_under_gang_scheduling_each_jobs_steps_end_inside_its_own_slices():
-    spec = JobSpec(steps=30, work=scheduling.calibrate_work(2e-3), wait="block")
+    spec = JobSpec(steps=30, work=calibrate_work(2e-3), wait="block")
     runs, slices = run_jobs({"A": spec, "B": spec}, "gang", slice_s=0.03)
     assert {g for g, _, _ in slices} == {0, 1}
     for group, name in enumerate(("A", "B")):

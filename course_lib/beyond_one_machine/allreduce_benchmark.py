@@ -22,8 +22,8 @@ Engines: "shm" (allreduce_shm on a reused workspace, waiting on shared counters)
 "shm_pipes" (the same, waiting on dissemination barriers over Pipes), "ring" (ring
 allreduce over Pipes) and "mpi" (``MPI_Allreduce`` under ``mpiexec``).
 
-    python -m course_lib.allreduce_bench -p 2 4 --tries 20 --rounds 3   # prints the tables
-    mpiexec -n 2 python -m course_lib.allreduce_bench --mpi          # MPI alone, JSON on rank 0
+    python -m course_lib.beyond_one_machine.allreduce_benchmark -p 2 4 --tries 20 --rounds 3  # the tables
+    mpiexec -n 2 python -m course_lib.beyond_one_machine.allreduce_benchmark --mpi  # MPI alone, JSON on rank 0
 """
 from __future__ import annotations
 
@@ -32,15 +32,20 @@ import functools
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import time
 
 import numpy as np
 
+from ..collectives.shmem import allreduce_shm
+from ..runtime.cluster import Cluster
+from ..runtime.mpi_backend import mpiexec_path
+from ..runtime.shm_sync import SpinBarrier, control_words
+
 SIZES = [4 * 2 ** 10, 64 * 2 ** 10, 2 ** 20, 4 * 2 ** 20, 16 * 2 ** 20]   # bytes
 COURSE_ENGINES = ("shm", "shm_pipes", "ring")
+_MODULE = "course_lib.beyond_one_machine.allreduce_benchmark"   # run by name under mpiexec (--mpi)
 
 
 def iterations(nbytes: int) -> int:
@@ -97,9 +102,6 @@ def measure_memcpy(sizes, tries: int = 20) -> list[dict]:
 
 # -- course_lib on a Cluster ---------------------------------------------------------
 def _course_worker(comm, sizes, engine, tries, workspaces, control, bind=False):
-    from .collectives.shmem import allreduce_shm
-    from .runtime.shm_sync import SpinBarrier
-
     unbound = _bind_to_core(comm.rank) if bind else None
 
     # Only lines ranks up before a batch: it protects no data, so it is fine on any CPU.
@@ -136,8 +138,6 @@ def _bind_to_core(rank: int):
 
 def measure_course(cluster, sizes, engine: str = "shm", tries: int = 20, bind: bool = False) -> list[dict]:
     """Per-call time of course_lib's allreduce ``engine`` on ``cluster``, per size."""
-    from .runtime.shm_sync import control_words
-
     if engine not in COURSE_ENGINES:
         raise ValueError(f"engine must be one of {COURSE_ENGINES}, got {engine!r}")
     p = cluster.n_workers
@@ -155,21 +155,16 @@ def measure_course(cluster, sizes, engine: str = "shm", tries: int = 20, bind: b
 
 
 # -- MPICH under mpiexec -----------------------------------------------------------------
-def mpiexec_path() -> str | None:
-    """The ``mpiexec`` beside this Python (the venv's), else the one on PATH, else None."""
-    here = pathlib.Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else shutil.which("mpiexec")
-
-
 def measure_mpi(n_procs: int, sizes, tries: int = 20, timeout: float = 300, bind: bool = False) -> dict:
     """Run this module under ``mpiexec -n n_procs``; per-size summaries of MPI_Allreduce."""
     exe = mpiexec_path()
     if exe is None:
         raise FileNotFoundError("mpiexec not found: install the mpi extra (pip install '.[mpi]')")
     cmd = [exe, "-bind-to", "core" if bind else "none", "-n", str(n_procs),
-           sys.executable, "-m", "course_lib.allreduce_bench", "--mpi",
+           sys.executable, "-m", _MODULE, "--mpi",
            "--tries", str(tries), "--sizes", *map(str, sizes)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).parents[1])] + sys.path))
+    # the folder that holds course_lib, so the MPI ranks import this same copy
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).parents[2])] + sys.path))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"mpiexec failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
@@ -207,8 +202,6 @@ def compare(ps=(2, 4), sizes=SIZES, tries: int = 20, engines=("shm", "mpi"), rou
     [summary...], "library": str, (engine, p): [summary per size], ...}``; "mpi" is left
     out if mpiexec is missing.
     """
-    from .runtime.cluster import Cluster
-
     pooled: dict = {}
 
     def add(key, summaries):

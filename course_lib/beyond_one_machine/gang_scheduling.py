@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..reference.ex07 import next_group  # question ex07_4
+from ..runtime import Cluster
+
 __all__ = ["JobSpec", "JobRun", "GangScheduler", "sync_job", "calibrate_work", "run_jobs", "pin_ranks", "POLICIES"]
 
 POLICIES = ("alone", "uncoordinated", "gang")
@@ -204,8 +207,6 @@ class GangScheduler:
     every process is resumed (and an error of the rule is raised there)."""
 
     def __init__(self, groups: list[list[int]], slice_s: float = 0.02, rule=None):
-        from .reference.ex07 import next_group  # question ex07_4
-
         self.groups = [list(g) for g in groups]
         self.slice_s = slice_s
         self.rule = rule if rule is not None else next_group
@@ -319,8 +320,6 @@ def run_jobs(specs: dict[str, JobSpec], policy: str, workers: int = 2, slice_s: 
     rank r of every job is bound to core r mod cores (:func:`pin_ranks`). ``rule``: the gang
     scheduler's choice of the next group (see :class:`GangScheduler`); ``timeout``: seconds a
     job may take (None: the runtime's default)."""
-    from .runtime import Cluster
-
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     names = list(specs)

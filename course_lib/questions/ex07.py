@@ -148,8 +148,8 @@ def run_gang(fn, steps, slice_s):
 
     Returns the slices [(group, start, end)], when each job's results reached the scheduler,
     each job's step ends (seconds, on the same clock), or {"error": ...} if a job did not finish."""
+    from course_lib.beyond_one_machine import JobSpec, calibrate_work, run_jobs
     from course_lib.runtime import WorkerTimeout
-    from course_lib.scheduling import JobSpec, calibrate_work, run_jobs
 
     work = calibrate_work(1e-3)
     specs = {f"job {g}": JobSpec(steps=s, work=work, wait="block") for g, s in enumerate(steps)}

@@ -13,6 +13,9 @@ Needs the optional extra: ``pip install .[mpi]`` (mpi4py and MPICH from the pack
 from __future__ import annotations
 
 import logging
+import pathlib
+import shutil
+import sys
 import time
 
 from .comm import Comm
@@ -27,6 +30,13 @@ def _mpi():
         raise ImportError("the mpi backend needs mpi4py and an MPI: pip install '.[mpi]' "
                           "(or: pip install mpi4py mpich)") from exc
     return MPI
+
+
+def mpiexec_path() -> str | None:
+    """The ``mpiexec`` that launches this backend's jobs: the one beside this Python (the venv's,
+    installed with mpi4py by the ``mpi`` extra), else the one on PATH, else None."""
+    here = pathlib.Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else shutil.which("mpiexec")
 
 
 class MPILink:

@@ -6,20 +6,15 @@
 Every rank builds the same seeded data set: on a real cluster each node would read its
 own part from storage; here the data are small enough to make on the spot.
 """
-import numpy as np
+from course_lib.mapreduce import MapReduceSettings, make_least_squares
+from course_lib.mapreduce.gd import mapreduce_program
 
-from course_lib.mapreduce.gd import _program
-from course_lib.mapreduce.losses import get_problem, make_least_squares
-from course_lib.mapreduce.serial import default_lr, initial_w
-
-ITERS = 30
+SETTINGS = MapReduceSettings(iters=30, reduce="sum")   # step size: 1/L on the data
 
 
 def main(comm):
     X, y = make_least_squares(n=1001, d=8, seed=0)[:2]
-    problem = get_problem("least_squares")
-    lr, w0 = default_lr(problem, X), initial_w(y, X.shape[1])
-    out = _program(comm, problem, X, y, ITERS, lr, w0, "sum", 0, np.empty(0), None, None, {})
+    out = mapreduce_program(comm, "least_squares", X, y, SETTINGS)
     if comm.rank == 0:
         return {"w": out["w"], "losses": out["losses"]}
     return {"maps": out["maps"]}

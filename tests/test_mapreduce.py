@@ -296,3 +296,45 @@ def test_bad_input(cluster5):
 def test_cost_model_core_ceiling():
     m = SpeedupModel(t_compute=1.0, cores=2.0)
     assert np.allclose(m.speedup([1, 2, 3, 8]), [1, 2, 2, 2])
+
+
+# ---------------------------------------------------------------------------- settings
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(iters=0), ValueError, "MapReduceSettings.iters"),
+    (dict(iters=2.5), TypeError, "MapReduceSettings.iters must be an int"),
+    (dict(lr=0), ValueError, "MapReduceSettings.lr"),
+    (dict(reduce="max"), ValueError, "MapReduceSettings.reduce"),
+    (dict(checkpoint_every=3), ValueError, "checkpoint_every needs a checkpoint_dir"),
+    (dict(resume=True), ValueError, "resume needs a checkpoint_dir"),
+    (dict(checkpoint_dir="/tmp", checkpoint_every=0), ValueError, "MapReduceSettings.checkpoint_every"),
+    (dict(checkpoint_dir=3), TypeError, "MapReduceSettings.checkpoint_dir"),
+    (dict(resume="yes"), TypeError, "MapReduceSettings.resume"),
+    (dict(task_timeout=-1), ValueError, "MapReduceSettings.task_timeout"),
+    (dict(network="fast"), TypeError, "MapReduceSettings.network"),
+    (dict(slow=[3]), TypeError, "MapReduceSettings.slow"),
+    (dict(faults={1: "kill"}), TypeError, "fault"),
+    (dict(on_failure="ignore"), ValueError, "MapReduceSettings.on_failure"),
+    (dict(timeout=0), ValueError, "MapReduceSettings.timeout"),
+])
+def test_settings_refuse_a_bad_field_naming_it(kwargs, error, match):
+    from course_lib.mapreduce import MapReduceSettings
+
+    with pytest.raises(error, match=match):
+        MapReduceSettings(**kwargs)
+
+
+def test_a_run_from_settings_equals_the_run_from_keywords(cluster5):
+    from course_lib.mapreduce import MapReduceSettings
+
+    X, y = data("least_squares", n=303)
+    by_keywords = mapreduce_gd(cluster5, "least_squares", X, y, iters=7, reduce="mean", lr=0.2)
+    settings = MapReduceSettings(iters=7, reduce="mean", lr=0.2)
+    by_settings = mapreduce_gd(cluster5, "least_squares", X, y, settings)
+    overridden = mapreduce_gd(cluster5, "least_squares", X, y, MapReduceSettings(iters=2, reduce="sum"),
+                              iters=7, reduce="mean", lr=0.2)
+    for res in (by_settings, overridden):
+        assert np.array_equal(res.w, by_keywords.w) and np.array_equal(res.losses, by_keywords.losses)
+        assert res.reduce == "mean" and res.iterations == 7
+    assert close(by_settings.w, gd_serial("least_squares", X, y, iters=7, lr=0.2)[0])
+    with pytest.raises(TypeError, match="no setting iterations;"):
+        mapreduce_gd(cluster5, "least_squares", X, y, iterations=7)

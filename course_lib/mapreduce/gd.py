@@ -15,6 +15,9 @@ A worker whose fn raised stays alive with its Pipe open, so the server cannot se
 ``task_timeout`` makes the server give up on any worker that has not answered that many
 seconds after the broadcast (the master's timeouts in the MapReduce paper).
 
+Every setting of a run is a field of :class:`MapReduceSettings`, passed whole from
+:func:`mapreduce_gd` to the server and the workers.
+
 Checkpoints: with ``checkpoint_dir`` and ``checkpoint_every=k`` the server saves
 (w, iteration, losses) every k iterations; ``resume=True`` restarts from the last one.
 """
@@ -25,9 +28,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from course_lib import validate
+
 from . import checkpoint as ckpt
-from .losses import get_problem
-from .serial import check_reduce, default_lr, initial_w, map_shard, reduce_and_update, shard_ranges
+from .losses import Problem, get_problem
+from .serial import default_lr, initial_w, map_shard, reduce_and_update, shard_ranges
+from .settings import MapReduceSettings
 
 TAG_W, TAG_G, TAG_RE, TAG_RG, TAG_STOP = 1, 2, 3, 4, 5
 
@@ -72,35 +78,20 @@ class GDResult:
         return self.bytes_per_iteration / 8
 
 
-def mapreduce_gd(cluster, problem, X, y, iters=100, lr=None, w0=None, reduce="sum",
-                 checkpoint_dir=None, checkpoint_every=None, resume=False, task_timeout=None,
-                 **run_kw) -> GDResult:
-    """Run ``iters`` iterations of synchronous MapReduce GD on ``cluster`` (size M + 1).
+def mapreduce_gd(cluster, problem, X, y, settings: MapReduceSettings | None = None, *, w0=None,
+                 **overrides) -> GDResult:
+    """Run ``settings.iters`` iterations of synchronous MapReduce GD on ``cluster`` (size M + 1).
 
     X, y: SharedArray (recommended: create them once, reuse across runs) or numpy arrays
     (then copied into shared memory for this call and freed after it).
-    run_kw: per-run knobs passed to ``cluster.run``: network, slow, faults, timeout, on_failure.
-    With faults and no on_failure given, on_failure="continue" (the server must survive).
-    task_timeout: seconds after the broadcast within which a worker must answer; a worker that
-    does not (its fn raised, or it is far too slow) is treated as failed and its shards are
-    re-executed elsewhere. None (default): only a worker whose process died counts as failed.
+    settings: a :class:`MapReduceSettings` (None: its defaults); keywords override its fields, as in
+    ``mapreduce_gd(cluster, "least_squares", X, y, iters=50, faults={2: Fault("kill", step=3)})``.
+    w0: the start point (default: zeros).
     """
     from course_lib import SharedArray
 
-    problem = get_problem(problem)
-    check_reduce(reduce)
-    if not (isinstance(iters, (int, np.integer)) and iters >= 1):
-        raise ValueError(f"iters must be an int >= 1, got {iters!r}")
-    if checkpoint_every is not None and checkpoint_dir is None:
-        raise ValueError("checkpoint_every needs a checkpoint_dir")
-    if checkpoint_every is not None and not (isinstance(checkpoint_every, int) and checkpoint_every >= 1):
-        raise ValueError(f"checkpoint_every must be an int >= 1, got {checkpoint_every!r}")
-    if task_timeout is not None and not task_timeout > 0:
-        raise ValueError(f"task_timeout must be > 0 seconds or None, got {task_timeout!r}")
-    if "faults" in run_kw and "on_failure" not in run_kw:
-        run_kw["on_failure"] = "continue"
-
-    lr, w, meta, start, prefix = _prepare(problem, X, y, lr, w0, reduce, checkpoint_dir, resume)
+    settings = validate.settings_from(MapReduceSettings, settings, overrides)
+    job = _prepare(get_problem(problem), X, y, w0, settings)
     owned = []  # arrays given as numpy go to shared memory for this call only
     if not isinstance(X, SharedArray):
         X = SharedArray.from_array(np.ascontiguousarray(X, dtype=np.float64))
@@ -109,63 +100,86 @@ def mapreduce_gd(cluster, problem, X, y, iters=100, lr=None, w0=None, reduce="su
         y = SharedArray.from_array(np.ascontiguousarray(y, dtype=np.float64))
         owned.append(y)
     try:
-        res = cluster.run(_program, problem, X, y, int(iters), lr, w, reduce, start, prefix,
-                          checkpoint_dir, checkpoint_every, meta, task_timeout, **run_kw)
+        res = cluster.run(_program, X, y, job, **settings.run_knobs())
     finally:
         for sa in owned:
             sa.release()
+    return _result(res, job)
 
-    server = res[0]
+
+@dataclass(frozen=True, eq=False)
+class _Job:
+    """One run as the server and the workers need it: the settings, and what the parent resolved from them."""
+
+    settings: MapReduceSettings
+    problem: Problem
+    lr: float            # settings.lr, or 1/L on the data
+    w: np.ndarray        # the start point: w0, zeros, or the checkpoint's w
+    start: int           # the first iteration to run: 0, or the checkpoint's
+    prefix: np.ndarray   # the losses of the iterations before a resume
+    meta: dict           # what a checkpoint must match to be resumed
+
+
+def _result(res, job: _Job) -> GDResult:
+    server, start, reduce = res[0], job.start, job.settings.reduce
     failures = dict(getattr(res, "failures", {}) or {})
     n_workers = len(res) - 1
     if server is None:  # the server died: report how far the checkpoints got
         return GDResult(None, None, start, start, np.empty(0), n_workers, reduce,
                         failures=failures, run=res, completed=False)
-    losses = np.concatenate([prefix, server["losses"]])
-    return GDResult(server["w"], losses, start, int(iters), np.asarray(server["times"]), n_workers,
+    losses = np.concatenate([job.prefix, server["losses"]])
+    return GDResult(server["w"], losses, start, job.settings.iters, np.asarray(server["times"]), n_workers,
                     reduce, reexecuted=server["reexecuted"], failures=failures, run=res, completed=True)
 
 
-def _prepare(problem, X, y, lr, w0, reduce, checkpoint_dir, resume):
-    """Check the inputs; the step size, initial w and the checkpoint to resume from."""
+def _prepare(problem: Problem, X, y, w0, settings: MapReduceSettings) -> _Job:
+    """Check the data; the step size, initial w and the checkpoint to resume from."""
     Xa, ya = np.asarray(X), np.asarray(y)
     if Xa.ndim != 2 or ya.ndim not in (1, 2) or len(ya) != len(Xa):
         raise ValueError(f"X must be (N, d) and y must have N rows; got {Xa.shape} and {ya.shape}")
-    lr = default_lr(problem, Xa) if lr is None else float(lr)
+    lr = default_lr(problem, Xa) if settings.lr is None else settings.lr
     w = initial_w(ya, Xa.shape[1]) if w0 is None else np.array(w0, dtype=np.float64)
-    meta = {"problem": problem.name, "reduce": reduce, "lr": lr, "shape": tuple(Xa.shape)}
+    meta = {"problem": problem.name, "reduce": settings.reduce, "lr": lr, "shape": tuple(Xa.shape)}
     start, prefix = 0, np.empty(0)
-    if resume:
-        if checkpoint_dir is None:
-            raise ValueError("resume=True needs a checkpoint_dir")
-        found = ckpt.load(checkpoint_dir)
+    if settings.resume:
+        found = ckpt.load(settings.checkpoint_dir)
         if found is not None:
             w, start, prefix, saved_meta = found
             if saved_meta != repr(sorted(meta.items())):
-                raise ValueError(f"the checkpoint in {checkpoint_dir} is for another job: {saved_meta}")
-    return lr, w, meta, start, prefix
+                raise ValueError(f"the checkpoint in {settings.checkpoint_dir} is for another job: {saved_meta}")
+    return _Job(settings, problem, lr, w, start, prefix, meta)
 
 
-def _program(comm, problem, X, y, iters, lr, w, reduce, start, prefix, checkpoint_dir, checkpoint_every, meta,
-             task_timeout=None):
+def mapreduce_program(comm, problem, X, y, settings: MapReduceSettings | None = None, *, w0=None) -> dict:
+    """The SPMD program alone, for any communicator (``mpiexec``, ``python -m course_lib.run``).
+
+    Every rank passes its own copy of the same ``X, y`` and resolves the same run from ``settings``
+    (no parent process here to do it once); rank 0 returns the server's dict (``w``, ``losses``,
+    ``times``, ``reexecuted``, ``shards_of``), the others their ``shards`` and ``maps``.
+    """
+    settings = MapReduceSettings() if settings is None else settings
+    return _program(comm, X, y, _prepare(get_problem(problem), X, y, w0, settings))
+
+
+def _program(comm, X, y, job: _Job):
     """The SPMD program: rank 0 serves, the others map."""
     if comm.size < 2:
         raise ValueError("MapReduce GD needs a server and at least one worker: Cluster(M + 1) with M >= 1")
     if comm.rank == 0:
-        return _server(comm, len(X), iters, lr, w, reduce, start, prefix, checkpoint_dir, checkpoint_every, meta,
-                       task_timeout)
-    return _worker(comm, problem, X, y, reduce)
+        return _server(comm, len(X), job)
+    return _worker(comm, X, y, job)
 
 
-def _server(comm, n, iters, lr, w, reduce, start, prefix, checkpoint_dir, checkpoint_every, meta,
-            task_timeout=None):
+def _server(comm, n, job: _Job):
+    """Rank 0: for each iteration, broadcast w, gather the maps (re-executing the lost ones), reduce, update."""
     from course_lib import PeerLost
 
+    settings, w = job.settings, job.w
     m = comm.size - 1
     counts = [hi - lo for lo, hi in shard_ranges(n, m)]
     shards_of = {r: [r - 1] for r in range(1, m + 1)}  # rank -> shards it maps
     losses, times, reexecuted = [], [], []
-    for t in range(start, iters):
+    for t in range(job.start, settings.iters):
         t0 = comm.now()
         for r in sorted(shards_of):  # broadcast w (one send per live worker)
             try:
@@ -173,23 +187,17 @@ def _server(comm, n, iters, lr, w, reduce, start, prefix, checkpoint_dir, checkp
             except PeerLost:
                 pass  # found dead again below, when its answer does not come
         results = [None] * m
-        deadline = None if task_timeout is None else t0 + task_timeout
+        deadline = None if settings.task_timeout is None else t0 + settings.task_timeout
         for r in sorted(shards_of):  # gather, in rank order
             try:
                 for k in shards_of[r]:
                     results[k] = _recv_by(comm, r, TAG_G, deadline)
             except (PeerLost, TimeoutError):
                 pass
-        _reexecute(comm, w, t, results, shards_of, reexecuted, task_timeout)
-        label = "reduce + update"
-        save = checkpoint_dir is not None and checkpoint_every and (t + 1) % checkpoint_every == 0
-        with comm.compute(label + (" + checkpoint" if save else "")):
-            w, loss = reduce_and_update(results, counts, reduce, w, lr)
-            losses.append(loss)
-            if save:
-                ckpt.save(checkpoint_dir, w, t + 1, np.concatenate([prefix, losses]), meta)
+        _reexecute(comm, w, t, results, shards_of, reexecuted, settings.task_timeout)
+        w = _reduce_step(comm, job, t, results, counts, w, losses)
         times.append(comm.now() - t0)
-        comm.progress(t + 1, iters)  # a progress bar in the notebook cell
+        comm.progress(t + 1, settings.iters)  # a progress bar in the notebook cell
     for r in range(1, m + 1):  # also to a worker given up for silence: it may still be listening
         try:
             comm.send(np.empty(0), r, tag=TAG_STOP)  # 0 payload bytes: the traffic formula stays exact
@@ -197,6 +205,19 @@ def _server(comm, n, iters, lr, w, reduce, start, prefix, checkpoint_dir, checkp
             pass
     return {"w": w, "losses": np.array(losses), "times": times, "reexecuted": reexecuted,
             "shards_of": {r: list(s) for r, s in shards_of.items()}}
+
+
+def _reduce_step(comm, job: _Job, t: int, results, counts, w, losses: list):
+    """Reduce the maps of iteration t into the next w (noting the loss), and checkpoint if one is due."""
+    settings = job.settings
+    every = settings.checkpoint_every
+    save = settings.checkpoint_dir is not None and every and (t + 1) % every == 0
+    with comm.compute("reduce + update" + (" + checkpoint" if save else "")):
+        w, loss = reduce_and_update(results, counts, settings.reduce, w, job.lr)
+        losses.append(loss)
+        if save:
+            ckpt.save(settings.checkpoint_dir, w, t + 1, np.concatenate([job.prefix, losses]), job.meta)
+    return w
 
 
 def _recv_by(comm, source, tag, deadline):
@@ -235,9 +256,11 @@ def _reexecute(comm, w, t, results, shards_of, log, task_timeout=None):
                     results[k] = None  # q died too: the next round hands its shards on
 
 
-def _worker(comm, problem, X, y, reduce):
+def _worker(comm, X, y, job: _Job):
+    """Rank m: map its shard (and any re-executed one) of every w the server sends, until the stop."""
     from course_lib import PeerLost, Status
 
+    problem, reduce = job.problem, job.settings.reduce
     Xa, ya = np.asarray(X), np.asarray(y)
     n, m = len(Xa), comm.size - 1
     ranges = shard_ranges(n, m)

@@ -1,29 +1,106 @@
-"""Generate ``exercises/NN_name.ipynb`` from ``solutions/NN_name.ipynb``.
+"""Write ``solutions/`` from ``course_lib/reference/``, then ``exercises/`` from ``solutions/``.
 
 Usage::
 
-    python -m course_lib.grading.make_exercises            # every solution notebook
-    python -m course_lib.grading.make_exercises --check    # exit 1 if exercises/ is stale
+    python -m course_lib.grading.make_exercises            # (make exercises) every graded lesson
+    python -m course_lib.grading.make_exercises --check    # exit 1 if a solution or exercise is stale
 
-Each solution region becomes a stub raising ``NotImplementedError("exNN_k: <title>")``;
-cells tagged ``solution-only`` are dropped; outputs and execution counts are cleared;
-``metadata.course`` records the lesson and its question ids (the grader reads it).
+An answer is written in one place only: its function in ``course_lib/reference/exNN.py`` (the
+function the library runs, and the name :data:`course_lib.reference.QUESTIONS` gives the question).
+Never edit a solution region by hand; the next run rewrites it, and tests/test_one_source.py fails
+until it has.
+
+1. Solutions. In ``solutions/NN_name.ipynb`` each region ``# BEGIN SOLUTION exNN_k`` ... ``# END
+   SOLUTION`` sits in the body of a top-level ``def`` of the question's function. That ``def``, from
+   its first line to the END line, becomes the reference function's source: its ``def`` line and
+   docstring (what the exercise shows, so the docstring states the task, not the method), then its
+   body between the markers (the answer, with comments that say why). The rest of the notebook is
+   kept. Every global name the function reads must be bound in that cell or an earlier one (the
+   notebook's imports), or be imported inside the function; helpers are nested inside it.
+2. Exercises. Each region becomes a stub raising ``NotImplementedError("exNN_k: <title>")``; cells
+   tagged ``solution-only`` are dropped; outputs and execution counts are cleared;
+   ``metadata.course`` records the lesson and its question ids (the grader reads it).
+
+Adding a question: its id in the lesson's manifest entry (:mod:`course_lib.lessons`); its function
+in ``course_lib/reference/exNN.py`` and its name in :data:`course_lib.reference.QUESTIONS`; its
+visible checks (``@question`` in ``course_lib/questions/exNN.py``) and hidden ones
+(``@hidden_check`` in ``tests/hidden/exNN.py``); its fixtures (``tests/fixtures/wrong_answers/`` and
+``correct_alternatives/``); in the solution notebook, the statement and a cell with the ``def`` and
+an empty region (``# BEGIN SOLUTION exNN_k`` / ``# END SOLUTION``); then ``make exercises``.
 """
 from __future__ import annotations
 
 import argparse
+import builtins
 import copy
+import importlib
+import inspect
+import symtable
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Set, Tuple
 
 import nbformat
 
 from ..lessons import graded as graded_lessons
-from .regions import RegionError, lesson_of_path, replace_regions, stub
+from ..reference import module_name, questions_of
+from .regions import RegionError, function_with_region, lesson_of_path, replace_regions, stub, write_region_functions
 from .registry import REPO_ROOT, load_lesson
 
 SOLUTION_ONLY_TAG = "solution-only"
+
+
+# -- solutions from the references -----------------------------------------------------------
+def reference_answers(lesson: str) -> Dict[str, Tuple[str, str]]:
+    """{question id: (function name, the reference function's text with its body marked as the region)}."""
+    module = importlib.import_module(module_name(lesson))
+    return {qid: (name, function_with_region(inspect.getsource(getattr(module, name)), qid))
+            for name, qid in questions_of(lesson).items()}
+
+
+def names_bound(source: str) -> Set[str]:
+    """Names a cell binds at its top level (imports, assignments, ``def``, ``class``, loop targets)."""
+    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    table = symtable.symtable(code, "<cell>", "exec")
+    return {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported()}
+
+
+def names_needed(function_text: str) -> Set[str]:
+    """Global names a function's text reads (its defaults, and its body's and nested functions'), builtins aside."""
+    table = symtable.symtable(function_text, "<answer>", "exec")
+    needed = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
+
+    def read_in(tab):
+        for child in tab.get_children():
+            if child.get_type() == "function":
+                needed.update(child.get_globals())
+            read_in(child)
+
+    read_in(table)
+    return needed - set(dir(builtins))
+
+
+def write_answers(nb, lesson: str, source_name: str = ""):
+    """A copy of solution notebook ``nb`` whose answer functions are the references of ``lesson``.
+
+    Each region, with the ``def`` around it, becomes the reference function's text
+    (:func:`reference_answers`); the rest of the notebook is kept. A name the function reads
+    must be bound by this cell or an earlier one (an import, a constant), else RegionError."""
+    answers = reference_answers(lesson)
+    nb = copy.deepcopy(nb)
+    bound: Set[str] = set()
+    for k, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        where = f"{source_name} cell {k}"
+        cell.source, qids = write_region_functions(cell.source, answers, where)
+        bound |= names_bound(cell.source)
+        for qid in qids:
+            missing = sorted(names_needed(answers[qid][1]) - bound)
+            if missing:
+                raise RegionError(f"{where}: the reference of {qid} reads {', '.join(missing)}, which neither this "
+                                  "cell nor an earlier one defines: import it in the notebook or inside the function")
+    return nb
 
 
 def build_exercise(nb, lesson: str, source_name: str = ""):
@@ -61,27 +138,46 @@ def render(nb) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def expected_exercises(solutions_dir: Path, exercises_dir: Path) -> Dict[Path, str]:
-    """{exercise path: expected file text} for every graded lesson of the manifest whose solution
-    notebook is in ``solutions_dir`` (tests/test_lessons.py checks that the course has them all)."""
-    out = {}
+def _solution_notebooks(solutions_dir: Path):
+    """(lesson number, path) of every graded lesson of the manifest whose solution is in ``solutions_dir``
+    (tests/test_lessons.py checks that the course has them all)."""
     for lesson in graded_lessons():
-        sol = Path(solutions_dir) / lesson.notebook
-        if not sol.is_file():
-            continue
-        nb = nbformat.read(sol, as_version=4)
-        ex, _ = build_exercise(nb, lesson_of_path(sol), sol.name)
-        out[Path(exercises_dir) / sol.name] = render(ex)
+        path = Path(solutions_dir) / lesson.notebook
+        if path.is_file():
+            yield lesson_of_path(path), path
+
+
+def expected_solutions(solutions_dir: Path) -> Dict[Path, str]:
+    """{solution path: its text with every answer written from course_lib/reference}."""
+    return {path: render(write_answers(nbformat.read(path, as_version=4), lesson, path.name))
+            for lesson, path in _solution_notebooks(solutions_dir)}
+
+
+def expected_exercises(solutions_dir: Path, exercises_dir: Path, solutions: Dict[Path, str] | None = None
+                       ) -> Dict[Path, str]:
+    """{exercise path: expected file text}, from the solution notebooks as they are in ``solutions_dir``,
+    or as ``solutions`` ({path: text}, e.g. :func:`expected_solutions`) gives them."""
+    out = {}
+    for lesson, path in _solution_notebooks(solutions_dir):
+        text = solutions[path] if solutions is not None else path.read_text(encoding="utf-8")
+        ex, _ = build_exercise(nbformat.reads(text, as_version=4), lesson, path.name)
+        out[Path(exercises_dir) / path.name] = render(ex)
     return out
+
+
+def _differ(expected: Dict[Path, str]) -> List[Path]:
+    return [path for path, text in expected.items()
+            if not path.exists() or path.read_text(encoding="utf-8") != text]
 
 
 def stale(solutions_dir: Path, exercises_dir: Path) -> List[Path]:
     """Exercise notebooks that are missing or differ from what the solutions generate."""
-    bad = []
-    for path, text in expected_exercises(solutions_dir, exercises_dir).items():
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
-            bad.append(path)
-    return bad
+    return _differ(expected_exercises(solutions_dir, exercises_dir))
+
+
+def stale_solutions(solutions_dir: Path) -> List[Path]:
+    """Solution notebooks whose answers differ from the reference functions' text."""
+    return _differ(expected_solutions(solutions_dir))
 
 
 def main(argv=None) -> int:
@@ -89,10 +185,12 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--solutions", type=Path, default=REPO_ROOT / "solutions")
     p.add_argument("--exercises", type=Path, default=REPO_ROOT / "exercises")
-    p.add_argument("--check", action="store_true", help="only report stale exercise notebooks (exit 1 if any)")
+    p.add_argument("--check", action="store_true",
+                   help="only report stale solution and exercise notebooks (exit 1 if any)")
     a = p.parse_args(argv)
     try:
-        expected = expected_exercises(a.solutions, a.exercises)
+        solutions = expected_solutions(a.solutions)
+        expected = {**solutions, **expected_exercises(a.solutions, a.exercises, solutions)}
     except (RegionError, LookupError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -746,7 +746,7 @@ def test_release_imports_without_make_and_says_what_to_solve(release):
     out = _run_in(release, """
         import pathlib, course_lib, networkx as nx
         import course_lib.gossip, course_lib.ps, course_lib.async_ps, course_lib.mapreduce
-        import course_lib.model_parallel, course_lib.syncbn, course_lib.costs, course_lib.questions
+        import course_lib.model_parallel, course_lib.collectives.sync_batchnorm, course_lib.costs, course_lib.questions
         from course_lib.reference.ex04 import metropolis_weights
         print(pathlib.Path(course_lib.__file__).resolve())
         for call in (lambda: metropolis_weights(nx.cycle_graph(4)),

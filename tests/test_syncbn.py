@@ -9,7 +9,15 @@ from hypothesis import strategies as st
 import course_lib as cl
 from course_lib.collectives import ALGORITHMS
 from course_lib.collectives.sim import simulate
-from course_lib.syncbn import MERGE, SyncBatchNorm, batch_norm, local_stats, merge_all, merge_stats, naive_stats
+from course_lib.collectives.sync_batchnorm import (
+    MERGE,
+    SyncBatchNorm,
+    batch_norm,
+    local_stats,
+    merge_all,
+    merge_stats,
+    naive_stats,
+)
 
 
 def _shards(seed=0, p=4, d=3, noniid=True):

@@ -8,6 +8,15 @@ server its ring lookup, the asynchronous server its apply step, SyncBatchNorm it
 tensor-parallel network its layers, ...) and keeps its older public names as re-exports
 (``course_lib.gossip.metropolis_hastings`` is a thin wrapper of :func:`ex04.metropolis_weights`).
 
+They are also the one place an answer is written: ``make exercises``
+(:mod:`course_lib.grading.make_exercises`) writes each function into its solution notebook, the
+``def`` line and docstring as the exercise shows them (so a docstring states the task, not the
+method) and the body as the solution region; tests/test_one_source.py fails when a notebook
+differs. So a body reads as a model answer: comments say why, and what the library needs beyond
+the question (an ``isend`` above 16 KiB, an array of keys) is said where it is done. Names it
+reads come from the notebook's imports or are imported inside the function (where this module
+cannot import them at its top: the package that uses the answer imports this module).
+
 ``make release`` (:mod:`course_lib.release`) ships a ``course_lib/reference`` whose modules hold
 *stand-ins* instead: functions of the same names and parameters that run the student's own
 answer, found in the exercise notebook (:mod:`course_lib.standin`). So the library a student

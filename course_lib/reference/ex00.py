@@ -13,34 +13,43 @@ import numpy as np
 
 
 def sum_shard(comm, sa):
-    """Sum of rank r's block ``sa.array[r*n//size:(r+1)*n//size]``, as a float."""
+    """Sum of this rank's contiguous block of the shared array ``sa``, as a float.
+
+    Rank r of p owns ``sa.array[r*n//p : (r+1)*n//p]``: the blocks cover the array once, and
+    their sizes differ by at most one element."""
     a = sa.array
     n = len(a)
     lo, hi = comm.rank * n // comm.size, (comm.rank + 1) * n // comm.size
+    # a view of the block, no copy: every worker reads the one array in shared memory
     return float(np.sum(a[lo:hi]))
 
 
 def fit_latency_bandwidth(sizes, times):
-    """Least-squares fit of ``time = latency + size / bandwidth``; returns (latency, bandwidth).
+    """Least squares fit of ``time = latency + size / bandwidth``; returns (latency, bandwidth).
 
     One straight line through all the (size, time) rows, in any order: the intercept is the
-    latency (the time of an empty message), the slope seconds per byte, so bandwidth = 1 / slope
-    (infinite if the slope is not positive)."""
+    latency (the time of an empty message), the slope the seconds per byte, 1 / bandwidth."""
     s = np.asarray(sizes, dtype=float)
     t = np.asarray(times, dtype=float)
     if s.shape != t.shape or s.ndim != 1 or len(s) < 2:
         raise ValueError("need two 1-D arrays of the same length >= 2")
+    # the columns [1, size] of A multiply (latency, slope): t ~ A @ (latency, slope)
     A = np.column_stack([np.ones_like(s), s])
     (latency, slope), *_ = np.linalg.lstsq(A, t, rcond=None)
+    # on noisy timings of small messages the slope can come out <= 0: no measurable cost per byte
     return float(latency), (1.0 / float(slope) if slope > 0 else float("inf"))
 
 
 def ring_pass(comm, token):
-    """Rank 0 sends ``[token]`` right; each rank appends its rank and passes it on; rank 0 returns it."""
+    """Pass ``[token]`` once around the ring, each rank appending its rank; rank 0 returns the list.
+
+    Rank 0 sends ``[token]`` to its right neighbour and returns what comes back from its left;
+    every other rank returns None."""
     left, right = (comm.rank - 1) % comm.size, (comm.rank + 1) % comm.size
     if comm.rank == 0:
         comm.send([token], dest=right)
         return comm.recv(source=left)
+    # receive before sending: rank 0 is the only one that starts, so the token goes round in order
     trail = comm.recv(source=left)
     comm.send(list(trail) + [comm.rank], dest=right)
     return None

@@ -21,15 +21,17 @@ import numpy as np
 def apply_update(state, grad, computed_version, worker, time, step_size=None):
     """Apply one gradient the moment it arrives and record it; return its staleness.
 
-    staleness = state.version - computed_version, taken *before* the version moves; then
-    w <- w - step_size(state.lr, staleness) * grad in place (workers' replies are built from
-    state.w), version + 1, and one ``Record(worker, computed_version, staleness, time, True, lr)``.
-    ``step_size`` defaults to the constant step :func:`course_lib.async_ps.constant_lr`."""
+    staleness = state.version - computed_version; w <- w - step_size(state.lr, staleness) * grad,
+    the version + 1, and one ``Record(worker, computed_version, staleness, time, True, lr)``.
+    ``step_size`` defaults to the constant step ``constant_lr``."""
+    # imported here, not at the top of course_lib/reference/ex03.py: the server imports this module
     from course_lib.async_ps.records import Record, constant_lr
 
     step_size = constant_lr if step_size is None else step_size
+    # the gap is measured before the version moves: 0 for a gradient of the current w
     staleness = state.version - computed_version
     lr = step_size(state.lr, staleness)
+    # in place: the workers' replies are built from state.w
     state.w -= lr * grad
     state.version += 1
     state.records.append(Record(worker, computed_version, staleness, time, True, lr))
@@ -37,33 +39,37 @@ def apply_update(state, grad, computed_version, worker, time, step_size=None):
 
 
 def staleness_aware_lr(lr, staleness):
-    """Zhang et al. (2016): ``lr / (staleness + 1)``; a fresh gradient keeps the full step."""
+    """Step size for a gradient ``staleness`` versions old (Zhang et al. 2016)."""
+    # lr / (staleness + 1): a fresh gradient (staleness 0) keeps the full step, an old one counts less
     return lr / (staleness + 1)
 
 
 def hogwild_worker(w, idx, val, y, order, lr):
-    """Lock-free SGD on the shared vector ``w``: one step per sample i in ``order``, touching only
-    its support J = idx[i]: w[J] -= lr * (val[i] . w[J] - y[i]) * val[i]. Returns the count."""
+    """Lock-free SGD on the shared vector ``w``, one step per sample i in ``order``; returns the count.
+
+    Sample i's features are ``val[i]`` at the positions ``idx[i]``, its target ``y[i]``."""
     for i in order:
         J = idx[i]
         xi = val[i]
+        # the squared-error step on sample i touches only its support J: read, compute and write
+        # back w[J] alone; other processes write other coordinates meanwhile, with no lock (a rare
+        # collision costs little on sparse data)
         w[J] -= lr * (xi @ w[J] - y[i]) * xi
     return len(order)
 
 
 def expected_wait(n, b, mu):
-    """Mean time until the first n of n + b exponential(mean mu) workers finish: mu (H_{n+b} - H_b).
-
-    The gaps between consecutive finishes are exponential with means mu/(n+b), mu/(n+b-1), ...,
-    mu/(b+1) (memorylessness); their sum is the wait."""
+    """Mean time until the first n of n + b exponential(mean mu) workers finish: mu (H_{n+b} - H_b)."""
+    # The gaps between consecutive finishes are exponential with means mu/(n+b), mu/(n+b-1),
+    # ..., mu/(b+1) (memorylessness: the running workers start afresh); the wait is their sum.
     return mu * sum(1.0 / k for k in range(b + 1, n + b + 1))
 
 
 def fedavg(models, sizes):
-    """McMahan et al. (2017), the server's step: the clients' models averaged, weighted by data size.
+    """The server's step of FedAvg (McMahan et al. 2017): w = sum_k (n_k / n) w_k, n = sum_k n_k.
 
-    w = sum_k (n_k / n) w_k with n = sum_k n_k: a client with twice the rows counts twice. The
-    models are (d,) arrays (not changed); the result is a new float64 array."""
+    ``models`` are (d,) arrays (left unchanged); the result is a new float64 array."""
+    # a client with twice the rows counts twice: one weighted sum, as a (K,) @ (K, d) product
     weights = np.asarray(sizes, dtype=np.float64)
     stacked = np.asarray(models, dtype=np.float64)
     return (weights / weights.sum()) @ stacked

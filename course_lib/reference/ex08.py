@@ -15,16 +15,15 @@ from __future__ import annotations
 
 
 def assign_buckets(param_nbytes, cap_bytes):
-    """Parameter indices (model order 0..n-1) grouped into DDP's buckets, last parameter first
-    (Li et al., "PyTorch Distributed", VLDB 2020, section 4.2.2).
+    """DDP's buckets (Li et al., "PyTorch Distributed", VLDB 2020, section 4.2.2): lists of parameter
+    indices (model order 0..n-1), filled from the last parameter, each within ``cap_bytes``.
 
-    Backward makes the last parameters' gradients first, so buckets are filled in reverse model
-    order: a bucket takes parameters while its bytes stay <= ``cap_bytes``; the parameter that
-    would exceed the cap opens the next bucket, and one larger than the cap gets a bucket alone
-    (a parameter is never split). Returns ``[[n-1, n-2, ...], ...]``."""
+    Returns ``[[n-1, n-2, ...], ...]``; a parameter larger than the cap gets a bucket alone."""
+    # backward makes the last parameters' gradients first, so buckets fill in reverse model order
     buckets, current, size = [], [], 0
     for q in reversed(range(len(param_nbytes))):
         n = int(param_nbytes[q])
+        # the parameter that would exceed the cap opens the next bucket (a parameter is never split)
         if current and size + n > cap_bytes:
             buckets.append(current)
             current, size = [], 0
@@ -36,14 +35,13 @@ def assign_buckets(param_nbytes, cap_bytes):
 
 
 def update_scale(scale, clean_steps, found_overflow, growth_interval, growth_factor=2.0, backoff_factor=0.5):
-    """Dynamic loss scaling (Micikevicius et al., "Mixed Precision Training", ICLR 2018, section
-    3.2; PyTorch's GradScaler): ``(new_scale, new_clean_steps, skip_step)``.
-
-    On overflow (an inf or nan in the gradient): S <- backoff_factor * S, skip the update, the
-    count of clean steps restarts at 0. Otherwise the step is applied and counted; when the count
-    reaches ``growth_interval``, S <- growth_factor * S and the count restarts at 0."""
+    """One step of dynamic loss scaling (Micikevicius et al., "Mixed Precision Training", ICLR 2018,
+    section 3.2; PyTorch's GradScaler): ``(new_scale, new_clean_steps, skip_step)``."""
+    # an inf or nan in the gradient: the scale was too large; back off, skip the update, and
+    # restart the count of clean steps
     if found_overflow:
         return scale * backoff_factor, 0, True
+    # a clean step is applied and counted; after growth_interval of them in a row, try a larger scale
     clean_steps += 1
     if clean_steps >= growth_interval:
         return scale * growth_factor, 0, False
@@ -51,19 +49,20 @@ def update_scale(scale, clean_steps, found_overflow, growth_interval, growth_fac
 
 
 def shard_range(n_params, n_ranks, rank):
-    """``[start, stop)`` of chunk ``rank`` of ``np.array_split(np.arange(n_params), n_ranks)``,
-    the chunk ``comm.reduce_scatter`` leaves on ``rank``: with q, m = divmod(n, N) the first m
-    chunks hold q + 1 elements, the others q."""
+    """``[start, stop)`` of the flat vector that ``comm.reduce_scatter`` leaves on ``rank``: chunk
+    ``rank`` of ``np.array_split(np.arange(n_params), n_ranks)``."""
+    # with q, m = divmod(n, N) the first m chunks hold q + 1 elements, the others q: rank r
+    # starts after r chunks of q and min(r, m) extra elements
     q, m = divmod(int(n_params), int(n_ranks))
     start = rank * q + min(rank, m)
     return start, start + q + (1 if rank < m else 0)
 
 
 def zero_bytes_per_param(stage, n_ranks):
-    """Model-state bytes per parameter each of N ranks holds with mixed-precision Adam
-    (Rajbhandari et al., "ZeRO", SC 2020): fp16 parameters (2 B), fp16 gradients (2 B), fp32
-    master weights, m and v (12 B). Stage 0 (plain data parallel) 2 + 2 + 12 = 16; stage 1 shards
-    the optimizer states, 2 + 2 + 12/N; stage 2 also the gradients, 2 + 14/N; stage 3 also the
-    parameters, 16/N."""
+    """Model-state bytes per parameter each of N = ``n_ranks`` workers holds with mixed-precision
+    Adam under ZeRO (Rajbhandari et al., "ZeRO", SC 2020), ``stage`` 0 (plain data parallel) to 3."""
+    # fp16 parameters (2 B), fp16 gradients (2 B), fp32 master weights, m and v (12 B): stage 1
+    # shards the optimizer states over the N ranks, stage 2 also the gradients, stage 3 also the
+    # parameters (an unknown stage is a KeyError)
     n = int(n_ranks)
     return {0: 2 + 2 + 12, 1: 2 + 2 + 12 / n, 2: 2 + 14 / n, 3: 16 / n}[stage]

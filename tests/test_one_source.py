@@ -1,0 +1,128 @@
+"""One source per answer: every answer is written in ``course_lib/reference/exNN.py`` only.
+
+``make exercises`` writes each solution notebook's answer functions from the reference functions
+(the ``def`` and docstring as the exercise shows them, the body as the solution region), then the
+exercises from the solutions. These tests fail on any difference between the committed notebooks
+and what it writes, and check that the generator refuses what it cannot write faithfully.
+(``tests/test_grading.py::test_exercises_in_sync_with_solutions`` checks the second step alone.)
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import shutil
+
+import nbformat
+import pytest
+
+from course_lib.grading.make_exercises import (
+    expected_exercises,
+    expected_solutions,
+    main,
+    names_needed,
+    reference_answers,
+    write_answers,
+)
+from course_lib.grading.regions import RegionError, function_with_region, write_region_functions
+from course_lib.lessons import graded
+from course_lib.reference import ex04
+
+from common import EXERCISES, SOLUTIONS
+
+_ONLY = [s.strip() for s in os.environ.get("COURSE_TEST_LESSONS", "").split(",") if s.strip()]
+LESSONS = [lesson for lesson in graded() if not _ONLY or lesson.number in _ONLY]
+
+
+@pytest.fixture(scope="module")
+def generated():
+    """{path: text} of what `make exercises` writes: the solutions, then the exercises from them."""
+    solutions = expected_solutions(SOLUTIONS)
+    return {**solutions, **expected_exercises(SOLUTIONS, EXERCISES, solutions)}
+
+
+def _cell_with(nb, text):
+    return next(cell for cell in nb.cells if cell.cell_type == "code" and text in cell.source)
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=[lesson.number for lesson in LESSONS])
+def test_committed_solution_is_written_from_the_references(lesson, generated):
+    path = SOLUTIONS / lesson.notebook
+    assert path.read_text(encoding="utf-8") == generated[path], (
+        f"{path.name} differs from its answers in course_lib/reference/ex{lesson.number}.py: edit the "
+        "reference, not the notebook, and run `make exercises`")
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=[lesson.number for lesson in LESSONS])
+def test_committed_exercise_is_written_from_the_regenerated_solution(lesson, generated):
+    path = EXERCISES / lesson.notebook
+    assert path.read_text(encoding="utf-8") == generated[path], (
+        f"{path.name} is not what `make exercises` writes from the references: run it")
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=[lesson.number for lesson in LESSONS])
+def test_each_region_holds_the_body_of_its_reference_function(lesson):
+    """Read back from the notebook, not from the generator: the region is the reference's body."""
+    nb = nbformat.read(SOLUTIONS / lesson.notebook, as_version=4)
+    for qid, (name, text) in reference_answers(lesson.number).items():
+        cell = _cell_with(nb, f"# BEGIN SOLUTION {qid}\n")
+        assert f"def {name}(" in cell.source
+        region = cell.source.split(f"# BEGIN SOLUTION {qid}\n")[1].split("# END SOLUTION")[0]
+        assert region.strip() and region in text, qid
+
+
+def test_a_drifted_region_is_found_and_rewritten(tmp_path):
+    sol, ex = tmp_path / "solutions", tmp_path / "exercises"
+    sol.mkdir()
+    shutil.copytree(EXERCISES, ex)
+    for lesson in graded():
+        shutil.copy(SOLUTIONS / lesson.notebook, sol)
+    path = sol / "04_gossip.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cell = _cell_with(nb, "# BEGIN SOLUTION ex04_4")
+    cell.source = cell.source.replace("while t > 0 and", "while t > 1 and")
+    nbformat.write(nb, path)
+    assert main(["--solutions", str(sol), "--exercises", str(ex), "--check"]) == 1
+    assert main(["--solutions", str(sol), "--exercises", str(ex)]) == 0
+    assert path.read_text(encoding="utf-8") == (SOLUTIONS / path.name).read_text(encoding="utf-8")
+    assert main(["--solutions", str(sol), "--exercises", str(ex), "--check"]) == 0
+
+
+def test_the_region_is_the_body_after_the_docstring():
+    text = function_with_region(inspect.getsource(ex04.iterations_to_reach), "ex04_4")
+    lines = text.splitlines()
+    assert lines[0] == "def iterations_to_reach(r, eps):"
+    assert lines[1].strip().startswith('"""') and lines[2] == "    # BEGIN SOLUTION ex04_4"
+    assert lines[-1] == "    # END SOLUTION" and lines[-2] == "    return t"
+    with pytest.raises(RegionError, match="docstring"):
+        function_with_region("def f(x):\n    return x\n", "ex00_1")
+
+
+def test_a_region_outside_its_function_is_an_error():
+    cell = "def helper(x):\n    # BEGIN SOLUTION ex04_4\n    return x\n    # END SOLUTION\n"
+    with pytest.raises(RegionError, match="def iterations_to_reach"):
+        write_region_functions(cell, {"ex04_4": ("iterations_to_reach", "def iterations_to_reach(r, eps): ...")})
+
+
+def test_what_precedes_and_follows_the_function_is_kept():
+    cell = ("import math\n\n\ndef iterations_to_reach(r, eps):\n    \"\"\"Old.\"\"\"\n"
+            "    # BEGIN SOLUTION ex04_4\n    return 0\n    # END SOLUTION\n\n\nprint(1)\n")
+    out, qids = write_region_functions(cell, {"ex04_4": ("iterations_to_reach", "def iterations_to_reach(r, eps):\n"
+                                                         "    \"\"\"New.\"\"\"\n    return 1")})
+    assert qids == ["ex04_4"]
+    assert out == ("import math\n\n\ndef iterations_to_reach(r, eps):\n    \"\"\"New.\"\"\"\n    return 1\n"
+                   "\n\nprint(1)\n")
+
+
+def test_a_name_the_notebook_does_not_define_is_an_error():
+    nb = nbformat.read(SOLUTIONS / "04_gossip.ipynb", as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.source = cell.source.replace("import math\n", "")
+    with pytest.raises(RegionError, match="ex04_4 reads math"):
+        write_answers(nb, "04", "04_gossip.ipynb")
+
+
+def test_names_needed_sees_defaults_nested_functions_and_not_locals():
+    text = ("def f(a, b=DEFAULT):\n    import os\n    c = np.zeros(3)\n"
+            "    def g(x):\n        return x + c + os.sep + W + len(a)\n    return g\n")
+    assert names_needed(text) == {"DEFAULT", "np", "W"}

@@ -6,12 +6,15 @@ Start here::
     with Cluster(4) as cluster:
         res = cluster.run(lambda comm: comm.rank)
     res, res.stats, res.timeline
+
+The runtime (:mod:`course_lib.runtime`) runs every collective with its own algorithms; a
+lesson's package is imported where it is used (``from course_lib.collectives import ...``),
+never here, so ``import course_lib`` loads no lesson (tests/test_layout.py checks it).
 """
 from .replay import trace_answers_if_recording
 
 trace_answers_if_recording()  # first: only while `make release` records the lessons (course_lib/replay.py)
 
-from . import collectives  # noqa: F401, E402  (registers lesson 02's algorithms with the runtime)
 from .runtime import (  # noqa: E402
     ANY_SOURCE,
     ANY_TAG,

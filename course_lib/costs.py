@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import (
-    collectives,  # noqa: F401  (registers lesson 02's rows)
+    collectives,  # noqa: F401  (registers lesson 02's variants and the ring allreduce's time, ex02_4)
     hardware,  # the links behind PRESETS
 )
 from .measure import pingpong
@@ -80,7 +80,7 @@ def preset(key: str, gamma: float = 0.0) -> CostModel:
     return CostModel(PRESETS[key].alpha, PRESETS[key].beta, gamma)
 
 
-# -- the rows of lesson 02: one (formula, seconds, rounds, traffic) per algorithm ----------------
+# -- the rows of the runtime and of lesson 02: one (formula, seconds, rounds, traffic) per algorithm --
 # In-network aggregation (lesson 02): its switch is a process outside the hosts' communicator,
 # so comm.allreduce cannot run it and it is not a registry row; it is priced and counted alike
 # (its traffic arrays have p + 1 entries, the switch last).
@@ -102,7 +102,7 @@ def _row(collective: str, algorithm: str, field: str):
     return value
 
 
-# {(collective, algorithm): the time formula as text}, from the rows lesson 02 registered above
+# {(collective, algorithm): the time formula as text}, from the runtime's rows and lesson 02's
 FORMULAS = {(c, a): row.formula for c in registry.COLLECTIVES
             for a, row in sorted(registry.algorithms(c).items()) if row.formula}
 
@@ -123,7 +123,7 @@ def rounds(collective: str, algorithm: str, p: int) -> int:
     which waits for the one before it (what the ``alpha`` term counts).
 
     Defined for the algorithms whose chain does not depend on how a rank serializes its
-    receives; :func:`course_lib.collectives.schedule.record` measures the same quantity."""
+    receives; :func:`course_lib.collectives.message_rounds.record` measures the same quantity."""
     if p == 1 and (collective, algorithm) not in IN_NETWORK:   # no messages at all, whatever the algorithm
         registry.lookup(collective, algorithm)
         return 0

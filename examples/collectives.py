@@ -5,6 +5,7 @@
 """
 import numpy as np
 
+import course_lib.collectives  # noqa: F401  (registers lesson 02's variants used below: reduce_bcast, ...)
 from course_lib import SUM
 
 

@@ -147,7 +147,7 @@ def test_sim_allreduce_property(p, n, dtype, alg, seed):
 
 
 def test_rounds_on_the_critical_path_equal_the_formulas():
-    from course_lib.collectives.schedule import record, rounds
+    from course_lib.collectives.message_rounds import record, rounds
     checked = 0
     for coll, alg in costs.FORMULAS:
         for p in range(1, 10):
@@ -531,6 +531,42 @@ def test_start_methods(start_method):
         assert np.array_equal(got, np.arange(6.0) * 6) and b == 12
 
 
+# The launcher imports lesson 02; the worker function, defined in the script's __main__ and so pickled
+# by value, names none of it. A spawned or forkserver worker still runs lesson 02's variants: the run
+# carries the modules that registered algorithms (registry.providers), which it imports first.
+_VARIANTS_IN_A_FRESH_WORKER = r'''
+import json, sys
+import numpy as np
+import course_lib.runtime as rt
+import course_lib.collectives  # noqa: F401  (registers lesson 02's variants, here only)
+
+def body(comm):
+    x = np.arange(4.0) + comm.rank
+    return {"lesson_loaded": "course_lib.collectives" in sys.modules,
+            "reduce_bcast": comm.allreduce(x, algorithm="reduce_bcast").tolist(),
+            "flat": comm.bcast(comm.rank + 10 if comm.rank == 1 else None, root=1, algorithm="flat"),
+            "token_ring": comm.barrier_with("token_ring")}
+
+if __name__ == "__main__":
+    with rt.Cluster(3, start_method=sys.argv[1]) as cluster:
+        print(json.dumps(cluster.run(body)))
+'''
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_a_spawned_worker_runs_the_variants_the_launcher_registered(start_method):
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _VARIANTS_IN_A_FRESH_WORKER, start_method], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    want = (np.arange(4.0) * 3 + 3).tolist()
+    assert res == [{"lesson_loaded": True, "reduce_bcast": want, "flat": 11, "token_ring": None}] * 3
+
+
 @pytest.mark.timing   # compares measured time with a model: run alone, after the parallel tests
 def test_measure_alpha_beta_gamma(cluster5):
     # on an emulated network the fit must recover the emulated latency and bandwidth
@@ -555,7 +591,7 @@ def _count(mask) -> int:
 
 @pytest.mark.parametrize("p", range(2, 10))
 def test_ring_holdings_follow_the_chunks(p):
-    from course_lib.collectives.schedule import holdings
+    from course_lib.collectives.message_rounds import holdings
 
     n = 3 * p
     H = holdings("allreduce", "ring", p, n)
@@ -574,7 +610,7 @@ def test_ring_holdings_follow_the_chunks(p):
 
 @pytest.mark.parametrize("p", [2, 4, 8])
 def test_recursive_doubling_holdings_double_every_round(p):
-    from course_lib.collectives.schedule import holdings
+    from course_lib.collectives.message_rounds import holdings
 
     H = holdings("allreduce", "recursive_doubling", p, 4)
     for k in range(len(H)):

@@ -1,4 +1,5 @@
-"""The code layout holds: the runtime imports no lesson, and no two modules import each other.
+"""The code layout holds: the runtime imports no lesson and runs every collective without one, and no
+two modules import each other.
 
 Read from the source (every ``import`` statement, including those inside functions), so a
 lazy import cannot hide a dependency.
@@ -172,3 +173,113 @@ def test_module_level_state_is_only_the_named_process_wide_registries():
     assert not unexpected, f"module-level state changed at run time (pass it explicitly instead): {unexpected}"
     stale = {m: sorted(gone) for m, n in ALLOWED_STATE.items() if (gone := n - found.get(m, set()))}
     assert not stale, f"allowed but no longer there, remove from ALLOWED_STATE: {stale}"
+
+
+# -- the runtime's collectives need no lesson ----------------------------------------------------
+def _lesson_packages() -> set[str]:
+    from course_lib.lessons import LESSONS
+
+    return {f"course_lib.{lesson.package}" for lesson in LESSONS if lesson.package != "runtime"}
+
+
+def test_course_lib_init_imports_no_lesson():
+    """``import course_lib`` (which ``import course_lib.runtime`` runs first) loads no lesson package."""
+    g = import_graph()
+    lessons = _lesson_packages()
+    assert "course_lib.collectives" in lessons and len(lessons) >= 8, sorted(lessons)
+    named = {d for d in g.successors("course_lib") if any(d == p or d.startswith(p + ".") for p in lessons)}
+    assert not named, f"course_lib/__init__.py imports lesson code: {sorted(named)}"
+
+
+# Run in a fresh interpreter: imports the runtime only, checks that no lesson came with it, then runs
+# every collective of the communicator with its default algorithm on real processes (fork, p = 1, 2,
+# 3, 5) against numpy in this one process. Prints the lesson modules it found loaded, as JSON.
+_RUNTIME_ONLY = r'''
+import json, sys
+import numpy as np
+import course_lib.runtime as rt
+
+loaded = sorted(m for m in sys.modules if m.startswith("course_lib."))
+FIRST = rt.Op(lambda a, b: a, commute=False, name="first")   # associative, not commutative
+
+def every_collective(comm, n_small, n_large):
+    r, p = comm.rank, comm.size
+    x = np.arange(n_small, dtype=np.float64) + 10 * r
+    big = np.arange(n_large, dtype=np.float64) * (r + 1)
+    comm.barrier_with()
+    out = {"bcast": comm.bcast(x if r == p - 1 else None, root=p - 1),
+           "scatter": comm.scatter(np.stack([x + j for j in range(p)]) if r == 0 else None, root=0),
+           "gather": comm.gather(x, root=p // 2), "allgather": comm.allgather({"rank": r}),
+           "alltoall": comm.alltoall([x + 100 * j for j in range(p)]), "reduce": comm.reduce(x, root=0),
+           "allreduce_small": comm.allreduce(x), "allreduce_ring": comm.allreduce(big),
+           "allreduce_rabenseifner": comm.allreduce(big, op=FIRST), "allreduce_obj": comm.allreduce([r]),
+           "reduce_scatter": comm.reduce_scatter(big), "scan": comm.scan(x), "exscan": comm.exscan(x)}
+    comm.check_collectives = True            # every call first allgathers its signature (Bruck)
+    out["checked_allreduce"] = comm.allreduce(x, op=rt.MAX)
+    return out
+
+def expected(p, r, n_small, n_large):
+    xs = [np.arange(n_small, dtype=np.float64) + 10 * k for k in range(p)]
+    bigs = [np.arange(n_large, dtype=np.float64) * (k + 1) for k in range(p)]
+    return {"bcast": xs[p - 1], "scatter": xs[0] + r, "gather": xs if r == p // 2 else None,
+            "allgather": [{"rank": k} for k in range(p)], "alltoall": [xs[k] + 100 * r for k in range(p)],
+            "reduce": np.sum(xs, axis=0) if r == 0 else None, "allreduce_small": np.sum(xs, axis=0),
+            "allreduce_ring": np.sum(bigs, axis=0), "allreduce_rabenseifner": bigs[0],
+            "allreduce_obj": list(range(p)), "reduce_scatter": np.array_split(np.sum(bigs, axis=0), p)[r],
+            "scan": np.sum(xs[:r + 1], axis=0), "exscan": np.sum(xs[:r], axis=0) if r else None,
+            "checked_allreduce": np.max(xs, axis=0)}
+
+def same(a, b):
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same(u, v) for u, v in zip(a, b))
+    if a is None or b is None or isinstance(a, dict):
+        return a == b
+    return np.shape(a) == np.shape(b) and np.array_equal(a, b)
+
+N_SMALL, N_LARGE = 5, 10_001                    # 80 kB: allreduce takes its large-message algorithms
+wrong = []
+for p in (1, 2, 3, 5):
+    with rt.Cluster(p, start_method="fork", timeout=60) as cluster:
+        res = cluster.run(every_collective, N_SMALL, N_LARGE)
+    for r in range(p):
+        want = expected(p, r, N_SMALL, N_LARGE)
+        wrong += [f"p={p} rank {r} {name}" for name in want if not same(res[r][name], want[name])]
+print(json.dumps({"loaded": loaded, "wrong": wrong}))
+'''
+
+
+def test_the_runtime_runs_every_collective_with_no_lesson_imported():
+    """``import course_lib.runtime`` alone: no lesson loaded, and every collective right on real processes."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _RUNTIME_ONLY], capture_output=True, text=True, timeout=300,
+                          cwd=PKG.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    lessons = _lesson_packages() | {"course_lib.costs"}
+    loaded = [m for m in report["loaded"] if any(m == p or m.startswith(p + ".") for p in lessons)]
+    assert not loaded, f"importing course_lib.runtime loaded lesson code: {loaded}"
+    assert "course_lib.runtime.base_collectives" in report["loaded"]
+    assert not report["wrong"], f"collectives that disagree with numpy: {report['wrong']}"
+
+
+def test_one_home_per_algorithm():
+    """Lesson 02 registers only its variants; what it teaches of the runtime's is the runtime's own code."""
+    from course_lib import collectives
+    from course_lib.collectives import allgather, allreduce, alltoall, barrier, broadcast, reduction
+    from course_lib.runtime import base_collectives as base
+
+    runtime_rows = {(row.collective, row.name) for row in base.ROWS}
+    lesson_rows = {(row.collective, row.name) for row in collectives.ROWS}
+    assert not runtime_rows & lesson_rows, sorted(runtime_rows & lesson_rows)
+    defaults = {*base.DEFAULTS.items(), ("allgather", "bruck")}
+    defaults |= {("allreduce", a) for a in ("recursive_doubling", "ring", "rabenseifner")}
+    assert defaults <= runtime_rows, sorted(defaults - runtime_rows)
+    for row in base.ROWS:
+        assert row.run.__module__ == base.__name__
+        assert collectives.ALGORITHMS[row.collective][row.name] is row.run
+    assert barrier.dissemination is base.barrier_dissemination and allgather.ring is base.allgather_ring
+    assert alltoall.pairwise is base.alltoall_pairwise and reduction.rs_ring is base.reduce_scatter_ring
+    assert broadcast.bcast_binomial is base.bcast_binomial and allreduce.allreduce_ring is base.allreduce_ring

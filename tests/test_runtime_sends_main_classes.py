@@ -24,6 +24,7 @@ SCRIPT = textwrap.dedent('''
 
     import numpy as np
 
+    import course_lib.collectives  # noqa: F401  (bcast's scatter_allgather is lesson 02's variant)
     from course_lib import Cluster, SUM
 
     if __name__ == "__main__":

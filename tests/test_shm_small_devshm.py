@@ -230,6 +230,8 @@ def test_a_killed_creator_s_file_segment_is_swept(tmp_path):
 
 
 SHM_ALLREDUCE = """
+import course_lib.collectives  # comm.allreduce_shm is lesson 02's (it registers it)
+
 def reduce_both_ways(comm, workspace, n):
     x = np.full(n, comm.rank + 1.0)
     fresh = comm.allreduce_shm(x)                       # rank 0's worker makes the segment

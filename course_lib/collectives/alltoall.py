@@ -9,28 +9,16 @@ It is the transpose of a p x p matrix of blocks (row r lives on rank r).
   ceil(lg p) rounds for any p, each carrying about half of a rank's blocks, so
   ceil(lg p) alpha + (lg p / 2) n beta for p a power of two: fewer messages, more bytes;
   best for small items, where latency dominates.
+
+The pairwise exchange is ``comm.alltoall``'s default: its code and cost row live in
+:mod:`course_lib.runtime.base_collectives` and are imported here; Bruck is this lesson's variant.
 """
 from __future__ import annotations
 
+from ..runtime.base_collectives import alltoall_pairwise as pairwise  # noqa: F401  (see above)
+from ..runtime.base_collectives import check_alltoall_items
 from ..runtime.registry import Algorithm
 from ._p2p import TrafficCount, ceil_log2, is_array, pack_blocks, unpack_blocks
-
-
-def _check(seq, p):
-    if seq is None or len(seq) != p:
-        raise ValueError(f"alltoall: every rank must pass a sequence of {p} items, "
-                         f"got {type(seq).__name__}" + ("" if seq is None else f" of length {len(seq)}"))
-
-
-def pairwise(t, seq):
-    p, r = t.size, t.rank
-    _check(seq, p)
-    out = [None] * p
-    out[r] = seq[r]
-    for s in range(1, p):
-        dst, src = (r + s) % p, (r - s) % p
-        out[src] = t.sendrecv(seq[dst], dst, src)
-    return out
 
 
 def bruck(t, seq):
@@ -41,7 +29,7 @@ def bruck(t, seq):
     puts the items in source order. Several items travel per message, packed as one array
     when they are arrays of one shape and dtype on every rank."""
     p, r = t.size, t.rank
-    _check(seq, p)
+    check_alltoall_items(seq, p)
     slots = [seq[(r + j) % p] for j in range(p)]
     d = 1
     while d < p:
@@ -69,19 +57,9 @@ def _bruck_traffic(p, n, itemsize, root, ndim):
     return count.result()
 
 
-def _pairwise_traffic(p, n, itemsize, root, ndim):
-    count = TrafficCount(p, itemsize)
-    for r in range(p):
-        count.add(r, n * (p - 1), p - 1)           # one item to every other rank
-    return count.result()
-
-
+# this lesson's variant only: the runtime registers the pairwise exchange itself
 ROWS = [
-    Algorithm("alltoall", "pairwise", pairwise, "(p-1) alpha + (p-1)/p n beta",
-              seconds=lambda p, n, a, b, c: (p - 1) * a + (p - 1) / p * n * b,
-              rounds=lambda p: p - 1, traffic=_pairwise_traffic),
     Algorithm("alltoall", "bruck", bruck, "ceil(lg p) alpha + (lg p / 2) n beta",
               seconds=lambda p, n, a, b, c: ceil_log2(p) * a + _bruck_blocks_sent(p) / p * n * b,
               rounds=ceil_log2, traffic=_bruck_traffic),
 ]
-ALGORITHMS = {row.name: row.run for row in ROWS}

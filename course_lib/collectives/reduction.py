@@ -15,11 +15,23 @@ largest power of two p2 (the first 2(p - p2) ranks pair up) and unfold at the en
 Contributions are combined in rank order (``op(lower, higher)``) by ``reduce`` and the
 scans, so an associative but non-commutative op is fine there; the reduce-scatter
 algorithms reorder and need a commutative op.
+
+The binomial reduce, the ring reduce-scatter and the recursive-doubling scan are what the
+runtime's ``comm.reduce``, ``comm.reduce_scatter``, ``comm.scan`` and ``comm.exscan`` run by
+default: their code and cost rows live in :mod:`course_lib.runtime.base_collectives` and are
+imported here, beside this lesson's variants (flat reduce, pairwise and recursive-halving
+reduce-scatter, linear scan).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..runtime.base_collectives import (  # noqa: F401  (the runtime's defaults, taught here too)
+    reduce_binomial,
+    reduce_scatter_ring_traffic,
+    scan_recursive_doubling,
+)
+from ..runtime.base_collectives import reduce_scatter_ring as rs_ring  # noqa: F401  (see above)
 from ..runtime.registry import Algorithm
 from ._p2p import (
     TrafficCount,
@@ -28,52 +40,16 @@ from ._p2p import (
     chunk_sizes,
     fold_roles,
     folded_rounds,
+    folded_seconds,
     halving_ranges,
-    is_array,
+    need_array,
+    need_commute,
     non_roots_send_once,
+    sent_fraction,
 )
 
 
-def need_array(x, name):
-    if not is_array(x):
-        raise TypeError(f"algorithm {name!r} cuts the buffer into chunks, so it needs a numpy array, "
-                        f"got {type(x).__name__}; use algorithm='recursive_doubling' for other objects")
-
-
-def need_commute(op, name):
-    if not op.commute:
-        raise ValueError(f"algorithm {name!r} combines contributions out of rank order, so it needs a "
-                         f"commutative op; {op!r} is not (use 'recursive_doubling' or 'reduce_bcast')")
-
-
 # -- reduce ---------------------------------------------------------------------------
-def reduce_binomial(t, obj, op, root=0):
-    """Binomial tree rooted at ``root`` (ranks rotated by ``root``), ``lg p`` rounds.
-
-    A non-commutative op, or any object that is not a numpy array, is combined in rank
-    order instead: the tree reduces to rank 0 and rank 0 hands the result to the root, one
-    message more. That is what mpi4py's ``reduce`` does, and where the order shows (a SUM
-    of lists concatenates them) the root gets ``[0, 1, ..., p-1]``, not a rotation of it."""
-    p, r = t.size, t.rank
-    if root != 0 and (not op.commute or not is_array(obj)):
-        # keep rank order: reduce to rank 0, then hand the result to the root
-        res = reduce_binomial(t, obj, op, 0)
-        if r == 0:
-            t.send(res, root)
-        return t.recv(0) if r == root else None
-    vr = (r - root) % p
-    acc = obj
-    m = 1
-    while m < p:
-        if vr & m:
-            t.send(acc, (vr - m + root) % p)
-            return None
-        if vr + m < p:
-            acc = op(acc, t.recv((vr + m + root) % p))
-        m *= 2
-    return acc
-
-
 def reduce_flat(t, obj, op, root=0):
     p, r = t.size, t.rank
     if r != root:
@@ -87,24 +63,6 @@ def reduce_flat(t, obj, op, root=0):
 
 
 # -- reduce-scatter (returns this rank's chunk of the flattened result) -----------------
-def rs_ring(t, x, op):
-    """At step s (from 0) rank r sends chunk r - s - 1 to the right and adds what comes from
-    the left into chunk r - s - 2, which then holds the partial sum over s + 2 ranks; after
-    p - 1 steps it holds chunk r complete (see ``schedule.holdings``)."""
-    need_array(x, "ring")
-    need_commute(op, "ring")
-    p, r = t.size, t.rank
-    flat = x.reshape(-1)
-    b = chunk_bounds(flat.size, p)
-    chunks = [flat[b[i]:b[i + 1]] for i in range(p)]
-    right, left = (r + 1) % p, (r - 1) % p
-    for s in range(p - 1):
-        out, inc = (r - s - 1) % p, (r - s - 2) % p
-        got = t.sendrecv(chunks[out], right, left)
-        chunks[inc] = op(got, chunks[inc])
-    return chunks[r]
-
-
 def rs_pairwise(t, x, op):
     """Step s: send the chunk of rank r + s straight to it, take my chunk from r - s."""
     need_array(x, "pairwise")
@@ -163,31 +121,7 @@ def scan_linear(t, obj, op, exclusive=False):
     return before if exclusive else incl
 
 
-def scan_recursive_doubling(t, obj, op, exclusive=False):
-    """Hillis & Steele (1986): round k, send my partial prefix to r + 2^k, combine the one
-    from r - 2^k in front of mine. ceil(lg p) rounds."""
-    p, r = t.size, t.rank
-    incl, excl = obj, None
-    d = 1
-    while d < p:
-        if r + d < p:
-            t.send(incl, r + d)
-        if r - d >= 0:
-            got = t.recv(r - d)
-            excl = got if excl is None else op(got, excl)
-            incl = op(got, incl)
-        d *= 2
-    return excl if exclusive else incl
-
-
 # -- cost rows (n: the vector of each rank) ----------------------------------------------------------
-def _rs_ring_traffic(p, n, itemsize, root, ndim):
-    count, c = TrafficCount(p, itemsize), chunk_sizes(n, p)
-    for r in range(p):
-        count.add(r, n - c[r], p - 1)                  # every chunk but my own, one per step
-    return count.result()
-
-
 def _rs_recursive_halving_traffic(p, n, itemsize, root, ndim):
     count, c = TrafficCount(p, itemsize), chunk_sizes(n, p)
     p2, extra, virt, real = fold_roles(p)
@@ -214,59 +148,20 @@ def _scan_linear_traffic(p, n, itemsize, root, ndim):
     return count.result()
 
 
-def _scan_recursive_doubling_traffic(p, n, itemsize, root, ndim):
-    count = TrafficCount(p, itemsize)
-    for r in range(p):
-        d = 1
-        while d < p:
-            if r + d < p:
-                count.add(r, n)
-            d *= 2
-    return count.result()
-
-
-def folded_seconds(pow2_seconds, folded_seconds):
-    """seconds(): the power-of-two formula, or, for other p, the run among p2 = 2^floor(lg p)
-    ranks plus folding in and out (Thakur et al. 2005, section 4)."""
-    def seconds(p, n, a, b, c):
-        lg2, fold = folded_rounds(p)
-        return pow2_seconds(p, n, a, b, c) if not fold else folded_seconds(p, n, a, b, c, lg2)
-    return seconds
-
-
-def sent_fraction(p):
-    """(p-1)/p: the fraction of the vector a rank sends (and receives) in the bandwidth-optimal algorithms."""
-    return (p - 1) / p
-
-
+# this lesson's variants only: the runtime registers its defaults itself
 ROWS = [
-    Algorithm("reduce", "binomial", reduce_binomial, "lg p (alpha + n beta + n gamma)",
-              seconds=lambda p, n, a, b, c: ceil_log2(p) * (a + n * b + n * c), traffic=non_roots_send_once),
     Algorithm("reduce", "flat", reduce_flat, "(p-1)(alpha + n beta + n gamma)",
               seconds=lambda p, n, a, b, c: (p - 1) * (a + n * b + n * c), traffic=non_roots_send_once),
-    Algorithm("reduce_scatter", "ring", rs_ring, "(p-1) alpha + (p-1)/p n (beta + gamma)",
-              seconds=lambda p, n, a, b, c: (p - 1) * a + sent_fraction(p) * n * (b + c),
-              rounds=lambda p: p - 1, traffic=_rs_ring_traffic),
     Algorithm("reduce_scatter", "pairwise", rs_pairwise, "(p-1) alpha + (p-1)/p n (beta + gamma)",
               seconds=lambda p, n, a, b, c: (p - 1) * a + sent_fraction(p) * n * (b + c),
-              rounds=lambda p: p - 1, traffic=_rs_ring_traffic),
+              rounds=lambda p: p - 1, traffic=reduce_scatter_ring_traffic),
     Algorithm("reduce_scatter", "recursive_halving", rs_recursive_halving, "lg p alpha + (p-1)/p n (beta + gamma)",
               seconds=folded_seconds(lambda p, n, a, b, c: ceil_log2(p) * a + sent_fraction(p) * n * (b + c),
-                              lambda p, n, a, b, c, lg2: (lg2 * a + sent_fraction(p) * n * (b + c) + (a + n * b + n * c)
-                                                          + (a + n / p * b))),
+                                     lambda p, n, a, b, c, lg2: (lg2 * a + sent_fraction(p) * n * (b + c)
+                                                                 + (a + n * b + n * c) + (a + n / p * b))),
               rounds=lambda p: sum(folded_rounds(p)), traffic=_rs_recursive_halving_traffic),
-    # exscan runs the same algorithms with exclusive=True: the same messages, so the same costs
+    # exscan runs the same algorithm with exclusive=True: the same messages, so the same costs
     *(Algorithm(collective, "linear", scan_linear, "(p-1)(alpha + n beta + n gamma)",
                 seconds=lambda p, n, a, b, c: (p - 1) * (a + n * b + n * c),
                 rounds=lambda p: p - 1, traffic=_scan_linear_traffic) for collective in ("scan", "exscan")),
-    *(Algorithm(collective, "recursive_doubling", scan_recursive_doubling, "lg p (alpha + n beta + n gamma)",
-                seconds=lambda p, n, a, b, c: ceil_log2(p) * (a + n * b + n * c),
-                rounds=ceil_log2, traffic=_scan_recursive_doubling_traffic) for collective in ("scan", "exscan")),
 ]
-
-
-def _table(collective):
-    return {row.name: row.run for row in ROWS if row.collective == collective}
-
-
-REDUCE, REDUCE_SCATTER, SCAN = (_table(c) for c in ("reduce", "reduce_scatter", "scan"))

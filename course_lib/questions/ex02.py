@@ -34,17 +34,22 @@ def _collective_spy():
 
     ex02_1 and ex02_2 ask for an algorithm built from send and recv; the course's own collectives
     (``comm.allreduce``, ``comm.allgather``, ``course_lib.collectives.*``) would answer them in one
-    line. Its helpers (``_p2p``: chunk bounds) and the barrier stay allowed. The ring allgather and
-    reduce-scatter that lesson 06's tensor-parallel layers use (``course_lib.model_parallel.exchange``)
-    are the two halves of ex02_1's ring: refused too."""
+    line. Those the communicator runs by default live in the runtime
+    (``course_lib.runtime.base_collectives``), the variants in lesson 02's package: both are
+    watched. Their helpers (``_p2p`` and ``runtime.algorithm_helpers``: chunk bounds), the barrier
+    and the choice of the default allreduce stay allowed. The ring allgather and reduce-scatter that
+    lesson 06's tensor-parallel layers use (``course_lib.model_parallel.exchange``) are the two
+    halves of ex02_1's ring: refused too."""
     import os
     import sys
 
     import course_lib.collectives as pkg
     import course_lib.model_parallel.exchange as exchange
+    import course_lib.runtime.base_collectives as base
 
     root = os.path.dirname(pkg.__file__) + os.sep
     allowed = {os.path.join(root, "_p2p.py"), os.path.join(root, "barrier.py"), os.path.join(root, "__init__.py")}
+    allowed_in_base = {"barrier_dissemination", "allreduce_default"}
     rings = {"ring_allgather", "ring_reduce_scatter"}
     seen = []
 
@@ -53,6 +58,8 @@ def _collective_spy():
             path = frame.f_code.co_filename
             if path.startswith(root) and path not in allowed:
                 seen.append(f"{os.path.basename(path)[:-3]}.{frame.f_code.co_name}")
+            elif path == base.__file__ and frame.f_code.co_name not in allowed_in_base:
+                seen.append(f"base_collectives.{frame.f_code.co_name}")
             elif path == exchange.__file__ and frame.f_code.co_name in rings:
                 seen.append(f"model_parallel.exchange.{frame.f_code.co_name}")
         return None

@@ -188,8 +188,10 @@ def run_reduce_scatter(fn, n, p):
 
 
 #: Library functions that cut ``np.array_split``'s ranges, shard_range's whole work: refused.
-SHARD_HELPERS = [("course_lib.datasets", "contiguous_shards"), ("course_lib.collectives._p2p", "chunk_bounds"),
-                 ("course_lib.collectives._p2p", "chunk_sizes"), ("course_lib.mapreduce.serial", "shard_ranges"),
+SHARD_HELPERS = [("course_lib.datasets", "contiguous_shards"),
+                 ("course_lib.runtime.algorithm_helpers", "chunk_bounds"),
+                 ("course_lib.runtime.algorithm_helpers", "chunk_sizes"),
+                 ("course_lib.mapreduce.serial", "shard_ranges"),
                  ("course_lib.model_parallel.tensor", "split_ranges"),
                  ("course_lib.data_parallel.zero", "owned_pieces")]
 

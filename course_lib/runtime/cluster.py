@@ -44,7 +44,7 @@ from multiprocessing.connection import wait as wait_for
 
 import cloudpickle
 
-from . import shm
+from . import registry, shm
 from .constants import RUN_TIMEOUT_S, WIRE_UP_TIMEOUT_S
 from .control import (
     BarrierArrived,
@@ -564,7 +564,8 @@ class Cluster:
             raise TypeError(_collision_message(fn, collisions))
         knobs = self._check_knobs({**self._defaults, **given})
         try:
-            payload = cloudpickle.dumps((fn, args, kwargs))
+            # with the modules that registered algorithms here, which a spawned worker imports first
+            payload = cloudpickle.dumps((registry.providers(), fn, args, kwargs))
         except Exception as exc:
             raise TypeError(f"cannot send fn and its arguments to the workers: {exc}") from exc
         with self._control_lock:

@@ -2,7 +2,9 @@
 
 Arguments and return values follow mpi4py's lowercase object methods, so an mpi4py
 program runs unchanged; ``algorithm=`` picks the algorithm, a row of
-:mod:`course_lib.runtime.registry` (lesson 02 registers them).
+:mod:`course_lib.runtime.registry`. Without it each collective runs the runtime's default
+(:data:`~course_lib.runtime.base_collectives.DEFAULTS`), which needs no lesson; lesson 02
+registers its teaching variants on top.
 
 How collective traffic stays apart from user messages: it travels in its own
 *context* (an MPI idea: the communicator's hidden id), so ``comm.recv()`` can never
@@ -32,12 +34,13 @@ import zlib
 import numpy as np
 
 from . import registry
+from .algorithm_helpers import is_array
+from .base_collectives import DEFAULTS, allgather_bruck, allreduce_default
 from .constants import ANY_TAG
 from .mpi_errors import ERR_ROOT, MPIError
 from .ops import SUM, Op, as_op
 
 WORLD_COLL_CONTEXT = 1          # context of the world communicator's collective traffic
-SMALL_MESSAGE = 64 * 1024       # allreduce default: recursive doubling below, ring above
 _SYNC_SEND = 1024               # smaller sends go straight into the Pipe buffer (8 KiB on macOS)
 
 
@@ -46,16 +49,6 @@ class CollectiveMismatch(RuntimeError):
     """Ranks disagree about a collective call (different collective, root, op, shape or dtype)."""
 
 
-def is_array(x) -> bool:
-    """A numpy array of plain numbers: what collectives may slice, add and send as raw bytes."""
-    return type(x) is np.ndarray and not x.dtype.hasobject
-
-# gather and allgather default to the algorithms that accept any objects (arrays of different
-# shapes included), as mpi4py does; 'binomial' gather and 'bruck' / 'recursive_doubling'
-# allgather pack several blocks per message and need the same shape and dtype everywhere.
-DEFAULTS = {"barrier": "dissemination", "bcast": "binomial", "scatter": "binomial", "gather": "flat",
-            "allgather": "ring", "alltoall": "pairwise", "reduce": "binomial", "reduce_scatter": "ring",
-            "scan": "recursive_doubling", "exscan": "recursive_doubling"}
 
 
 def _describe(x) -> str:
@@ -215,7 +208,7 @@ class CollectivesMixin:
 
     def _verify(self, seq, key, desc):
         t = _Transport(self, encode_tag("verify", seq), f"signature check [call #{seq}]")
-        sigs = registry.lookup("allgather", "bruck").run(t, (key, desc))
+        sigs = allgather_bruck(t, (key, desc))       # ceil(lg p) messages, for any p
         if any(k != key for k, _ in sigs):
             lines = "; ".join(f"rank {r}: {d}" for r, (_, d) in enumerate(sigs))
             raise CollectiveMismatch(f"ranks called different collectives: {lines}")
@@ -287,11 +280,6 @@ class CollectivesMixin:
         res = fn(t, sendobj, op, root)
         return None if self.rank != root else op.apply_final(res, self.size)
 
-    def _allreduce_default(self, x, op):
-        if is_array(x) and x.nbytes >= SMALL_MESSAGE:
-            return "ring" if op.commute else "rabenseifner"
-        return "recursive_doubling"
-
     def allreduce(self, sendobj, op=SUM, algorithm=None, wire_dtype=None):
         """Every rank returns op over all ranks' objects.
 
@@ -300,7 +288,7 @@ class CollectivesMixin:
         op = as_op(op)
         if wire_dtype is not None:
             return self._allreduce_lowp(sendobj, op, algorithm, np.dtype(wire_dtype))
-        algorithm = algorithm or self._allreduce_default(sendobj, op)
+        algorithm = algorithm or allreduce_default(sendobj, op)
         fn = self._pick("allreduce", algorithm)
         t = self._transport("allreduce", algorithm, op=op, data=sendobj, array_sig=True)
         return op.apply_final(fn(t, sendobj, op), self.size)
@@ -314,7 +302,7 @@ class CollectivesMixin:
             return np.asarray(_f(a.astype(acc), b.astype(acc))).astype(wire)
 
         lowop = Op(low, op.commute, f"{op.name}@{wire.name}", op.finalize)
-        algorithm = algorithm or self._allreduce_default(x.astype(wire), op)
+        algorithm = algorithm or allreduce_default(x.astype(wire), op)
         fn = self._pick("allreduce", algorithm)
         xw = x.astype(wire)
         t = self._transport("allreduce", algorithm, op=lowop, data=xw, array_sig=True)
@@ -383,5 +371,6 @@ def register_extension(name: str, fn) -> None:
 
 def extension(name: str):
     if name not in _EXTENSIONS:
-        raise RuntimeError(f"comm.{name} is provided by a lesson package that is not loaded: import course_lib")
+        raise RuntimeError(f"comm.{name} is provided by a lesson package that is not loaded: "
+                           "import course_lib.collectives")
     return _EXTENSIONS[name]

@@ -18,7 +18,7 @@ from multiprocessing.connection import Client, Listener
 
 import cloudpickle
 
-from . import mpi_names, shm
+from . import mpi_names, registry, shm
 from .comm import Comm
 from .control import DropSegments, Listening, RunDone, RunFailed, StartFailed, StartRun, Stop, Wired, WireUp
 from .logs import ControlPipe, WorkerOutput, exit_when_parent_leaves, setup_worker_logging
@@ -144,7 +144,8 @@ def _serve(comm: Comm, control, output: WorkerOutput) -> None:
 def _run_task(comm: Comm, control, start: StartRun):
     comm._begin_run(start.run_id, start.t0, start.network, start.slow, start.faults, start.trace)
     try:
-        fn, args, kwargs = cloudpickle.loads(control.recv_bytes())
+        providers, fn, args, kwargs = cloudpickle.loads(control.recv_bytes())
+        registry.import_providers(providers)   # the algorithms the launcher can name (registry.py)
         value = fn(comm, *args, **kwargs)
         unfinished = comm._end_nonblocking()
         if unfinished:

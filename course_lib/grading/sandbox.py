@@ -51,7 +51,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, NamedTuple, Optional, Set
 
 from . import channel
 from .checking import QuestionResult, run_question
@@ -736,12 +736,19 @@ def _raise(exc):
 
 # ----------------------------------------------------------------------------- grading
 
-def code_cells(notebook) -> List[tuple]:
-    """[(index, number, source)] of the non-empty code cells: ``index`` in ``notebook.cells``,
-    ``number`` counting code cells only, from 1, as JupyterLab's ``[n]`` reads after a fresh run
-    (it does not run empty cells, nor count markdown ones)."""
+class CodeCell(NamedTuple):
+    """One non-empty code cell of a notebook."""
+
+    index: int    # its place in ``notebook.cells``
+    number: int   # counting non-empty code cells from 1, as JupyterLab's ``[n]`` reads after a fresh run
+    source: str
+
+
+def code_cells(notebook) -> List[CodeCell]:
+    """The non-empty code cells, numbered as JupyterLab's ``[n]`` reads after a fresh run (it does
+    not run empty cells, nor count markdown ones)."""
     cells = [(k, c.source) for k, c in enumerate(notebook.cells) if c.cell_type == "code" and c.source.strip()]
-    return [(k, n, source) for n, (k, source) in enumerate(cells, 1)]
+    return [CodeCell(index=k, number=n, source=source) for n, (k, source) in enumerate(cells, 1)]
 
 
 def cell_name(number: int, source: str) -> str:
@@ -768,6 +775,14 @@ class _OutOfTime(Exception):
     """The submission's total time ran out."""
 
 
+@dataclass(frozen=True)
+class _Stop:
+    """Why grading ends with questions left: each of them gets this status and message."""
+
+    status: str
+    message: str
+
+
 def grade_notebook(notebook, questions: List[Question], library: Path, limits: Limits = Limits(),
                    seed: int = 0, start_method: Optional[str] = None, hidden: bool = True) -> NotebookGrade:
     """Execute ``notebook`` (a parsed nbformat notebook) in a sandbox and grade ``questions``.
@@ -776,146 +791,210 @@ def grade_notebook(notebook, questions: List[Question], library: Path, limits: L
     each cell gets ``min(cell_timeout, time left)``, each question ``min(its limit, time left)``.
     Never raises for anything the submission does: every question gets a result.
     """
-    t0 = time.monotonic()
-    deadline = t0 + limits.total_timeout
-    cells = code_cells(notebook)
-    qmap = {q.qid: q for q in questions}
-    fn_to_qid = {n: q.qid for q in questions for n in q.names}
-    remaining = dict.fromkeys(q.qid for q in questions)  # ordered: the questions not graded yet
-    results: Dict[str, QuestionResult] = {}
-    notes: List[str] = []
-    skip: set = set()
-    output = ""
-    attempt = 0
-    out_of_time = (f"Not graded: the submission used up its total time ({limits.total_timeout:g} s, "
-                   "all cells and checks together).")
+    started = time.monotonic()
+    grading = _Grading(cells=code_cells(notebook), questions=list(questions), library=library, limits=limits,
+                       seed=seed, start_method=start_method, hidden=hidden, started=started)
+    return grading.run()
 
-    def fail(qid, status, message):
-        q = qmap[qid]
-        results[qid] = QuestionResult(qid, q.title, 0, q.points, status, message)
-        remaining.pop(qid, None)
 
-    def fail_remaining(status, message):
-        for qid in list(remaining):
-            fail(qid, status, message)
+@dataclass
+class _Grading:
+    """The state of one notebook's grading, over as many fresh sandboxes (attempts) as it takes.
 
-    def left() -> float:
-        return deadline - time.monotonic()
+    An attempt starts a kernel, runs the cells not skipped, then checks the questions left. A cell
+    that kills its sandbox is skipped from then on, and the next attempt runs the notebook again
+    without it; a cell stopped at its time limit charges the questions whose functions were on the
+    stack. ``limits.total_timeout`` is one deadline: every step gets ``min(its own limit, time left)``.
+    """
 
-    while remaining and attempt < MAX_ATTEMPTS:
-        attempt += 1
-        if left() <= 0:
-            fail_remaining("timeout", out_of_time)
-            break
-        kernel = SandboxedKernel(library, limits, seed, start_method)
+    cells: List[CodeCell]
+    questions: List[Question]
+    library: Path
+    limits: Limits
+    seed: int
+    start_method: Optional[str]
+    hidden: bool
+    started: float                                                     # time.monotonic() at the start
+    results: Dict[str, QuestionResult] = field(default_factory=dict)   # so far, by question id
+    notes: List[str] = field(default_factory=list)                     # for the student, about cells
+    skipped_cells: Set[int] = field(default_factory=set)               # indices of cells that killed a sandbox
+    output: str = ""                                                   # the first attempt's, capped
+    attempt: int = 0                                                   # 1 for the first sandbox
+    kernel: Optional[SandboxedKernel] = None                           # the current attempt's
+    deadline: float = field(init=False)
+    by_qid: Dict[str, Question] = field(init=False)
+    remaining: Dict[str, Question] = field(init=False)                 # not graded yet, in order
+    qid_of_function: Dict[str, str] = field(init=False)                # an answer's function -> its question
+
+    def __post_init__(self):
+        self.deadline = self.started + self.limits.total_timeout
+        self.by_qid = {q.qid: q for q in self.questions}
+        self.remaining = dict(self.by_qid)
+        self.qid_of_function = {name: q.qid for q in self.questions for name in q.names}
+
+    # -- the state
+
+    def time_left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    @property
+    def first_attempt(self) -> bool:
+        return self.attempt == 1
+
+    @property
+    def out_of_time(self) -> _Stop:
+        return _Stop("timeout", f"Not graded: the submission used up its total time "
+                                f"({self.limits.total_timeout:g} s, all cells and checks together).")
+
+    def fail(self, qid: str, *, status: str, message: str) -> None:
+        """Give question ``qid`` zero points with ``message``; it is graded (no longer remaining)."""
+        q = self.by_qid[qid]
+        self.results[qid] = QuestionResult(qid, q.title, 0, q.points, status, message)
+        self.remaining.pop(qid, None)
+
+    def fail_remaining(self, stop: _Stop) -> None:
+        for qid in list(self.remaining):
+            self.fail(qid, status=stop.status, message=stop.message)
+
+    # -- the attempts
+
+    def run(self) -> NotebookGrade:
+        """Attempt after attempt until every question has a result (or MAX_ATTEMPTS sandboxes died)."""
+        while self.remaining and self.attempt < MAX_ATTEMPTS:
+            self.attempt += 1
+            stop = self.out_of_time if self.time_left() <= 0 else self._attempt()
+            if stop is not None:
+                self.fail_remaining(stop)
+                break
+        self.fail_remaining(_Stop("crashed", "Not graded: the notebook crashed the grader's sandbox too many times."))
+        ordered = {q.qid: self.results[q.qid] for q in self.questions if q.qid in self.results}
+        elapsed = round(time.monotonic() - self.started, 2)
+        return NotebookGrade(ordered, self.notes, self.output, elapsed, self.attempt)
+
+    def _attempt(self) -> Optional[_Stop]:
+        """One fresh sandbox. None to go on (all checked, or the sandbox was lost and the next
+        attempt resumes), else why every question left fails."""
+        self.kernel = SandboxedKernel(self.library, self.limits, self.seed, self.start_method)
         try:
-            stop = _attempt(kernel, attempt, cells, skip, notes, limits, seed, fn_to_qid, fail, left,
-                            qmap, remaining, results, hidden)
+            return self._in_sandbox()
         finally:
-            if attempt == 1:
-                kernel.output.stop()
-                output = kernel.output.text()
-            kernel.kill()
-        if stop is not None:
-            status, message = stop
-            fail_remaining(status, message) if status != "out_of_time" else fail_remaining("timeout", out_of_time)
-            break
-    fail_remaining("crashed", "Not graded: the notebook crashed the grader's sandbox too many times.")
-    ordered = {q.qid: results[q.qid] for q in questions if q.qid in results}
-    return NotebookGrade(ordered, notes, output, round(time.monotonic() - t0, 2), attempt)
+            if self.first_attempt:
+                self.kernel.output.stop()
+                self.output = self.kernel.output.text()
+            self.kernel.kill()
 
-
-def _attempt(kernel, attempt, cells, skip, notes, limits, seed, fn_to_qid, fail, left, qmap, remaining,
-             results, hidden) -> Optional[tuple]:
-    """One sandbox's run: start, the cells, the checks. Returns None to go on (all checked, or the
-    sandbox was lost and the next attempt resumes) or (status, message) for every question left."""
-    try:
+    def _in_sandbox(self) -> Optional[_Stop]:
+        """Start the kernel, run the cells, check the questions left: :meth:`_attempt`'s answer."""
         try:
-            kernel.wait_ready(min(STARTUP_LIMIT, max(left(), 1.0)))
-        except KernelLost as e:
-            if left() <= 0:
-                return ("out_of_time", "")
-            return ("crashed", f"Not graded: the grading sandbox could not start ({e.message}).")
-        if attempt > 1:
-            kernel.request({"op": "quiet"}, 10)
-        if not _run_cells(kernel, cells, skip, notes, attempt == 1, limits, seed, fn_to_qid, fail, left):
+            stop = self._start_kernel()
+            if stop is not None:
+                return stop
+            if not self._run_cells():
+                return None
+            if self.first_attempt:
+                # What the checks' calls print is never kept: it may show hidden inputs.
+                self.kernel.request({"op": "quiet"}, 10)
+                self.kernel.output.stop()
+            self._check_remaining()   # what is left after the cells (a cell that hung charged its questions)
+        except KernelLost:
             return None
-        if attempt == 1:
-            kernel.request({"op": "quiet"}, 10)
-            kernel.output.stop()
-        # The questions left after the cells (a cell that hung charged its questions already).
-        _check_remaining(kernel, [qmap[qid] for qid in remaining], remaining, results, limits, seed, hidden, left)
-    except KernelLost:
+        except _OutOfTime:
+            return self.out_of_time
+        except Exception as e:  # noqa: BLE001 - the last guard: one submission never ends the batch
+            return _Stop("error", f"Not graded: the grader could not read what the sandbox sent "
+                                  f"({type(e).__name__}: {str(e)[:200]}).")
         return None
-    except _OutOfTime:
-        return ("out_of_time", "")
-    except Exception as e:  # noqa: BLE001 - the last guard: one submission never ends the batch
-        return ("error", f"Not graded: the grader could not read what the sandbox sent "
-                         f"({type(e).__name__}: {str(e)[:200]}).")
-    return None
 
-
-def _check_remaining(kernel, questions, remaining, results, limits, seed, hidden, left) -> None:
-    """Check ``questions`` in order against the live kernel, moving each from ``remaining`` to
-    ``results``; stop at the first one during which the sandbox was lost (the next attempt resumes).
-    Raises :class:`_OutOfTime` when the submission's total time runs out."""
-    code = RemoteCode(kernel, seed)
-    for q in questions:
-        own = limits.timeout or q.timeout
-        if left() <= 0:
-            raise _OutOfTime()
-        limit = min(own, left())
-        code.deadline = time.monotonic() + limit
-        results[q.qid] = run_question(q, code, hidden=hidden, timeout=limit)
-        del remaining[q.qid]
-        cut = limit < own and results[q.qid].status == "timeout"
-        if cut:
-            results[q.qid] = QuestionResult(q.qid, q.title, 0, q.points, "timeout",
-                                            f"Timed out: the submission used up its total time "
-                                            f"({limits.total_timeout:g} s) while {q.qid} was being checked.")
-        if kernel.lost is not None:
-            lost = kernel.lost
-            what = (f"ran past the time limit ({limit:g} s)" if lost.status == "timeout"
-                    and "time limit" in lost.message else lost.message)
-            if not cut:
-                results[q.qid] = QuestionResult(q.qid, q.title, 0, q.points, lost.status,
-                                                f"While checking {q.qid}, your code {what}.")
-            return
-
-
-def _run_cells(kernel, cells, skip, notes, first, limits, seed, fn_to_qid, fail, left) -> bool:
-    """Run the cells not skipped; False when the sandbox died (the culprit cell is then skipped).
-    Raises :class:`_OutOfTime` when the submission's total time runs out."""
-    for k, number, source in cells:
-        if k in skip:
-            continue
-        if left() <= 0:
-            raise _OutOfTime()
-        limit = min(limits.cell_timeout, left())
-        name = cell_name(number, source)
+    def _start_kernel(self) -> Optional[_Stop]:
+        """Wait for the kernel's imports; why grading stops if it never came up, else None."""
         try:
-            reply = kernel.request({"op": "cell", "index": k, "source": source, "timeout": limit,
-                                    "seed": seed, "watch": sorted(fn_to_qid)}, limit + GRACE)
+            self.kernel.wait_ready(min(STARTUP_LIMIT, max(self.time_left(), 1.0)))
         except KernelLost as e:
-            skip.add(k)
-            if left() <= 0:
+            if self.time_left() <= 0:
+                return self.out_of_time
+            return _Stop("crashed", f"Not graded: the grading sandbox could not start ({e.message}).")
+        if not self.first_attempt:
+            self.kernel.request({"op": "quiet"}, 10)   # the output was kept once, from the first attempt
+        return None
+
+    # -- the cells
+
+    def _run_cells(self) -> bool:
+        """Run the cells not skipped; False when the sandbox died (the culprit cell is then skipped).
+        Raises :class:`_OutOfTime` when the submission's total time runs out."""
+        for cell in self.cells:
+            if cell.index not in self.skipped_cells and not self._run_cell(cell):
+                return False
+        return True
+
+    def _run_cell(self, cell: CodeCell) -> bool:
+        """Run one cell for at most ``min(cell_timeout, time left)``; False when it killed the sandbox."""
+        if self.time_left() <= 0:
+            raise _OutOfTime()
+        limit = min(self.limits.cell_timeout, self.time_left())
+        name = cell_name(cell.number, cell.source)
+        request = {"op": "cell", "index": cell.index, "source": cell.source, "timeout": limit, "seed": self.seed,
+                   "watch": sorted(self.qid_of_function)}
+        try:
+            reply = self.kernel.request(request, limit + GRACE)
+        except KernelLost as e:
+            self.skipped_cells.add(cell.index)
+            if self.time_left() <= 0:
                 raise _OutOfTime() from None
-            notes.append(f"{name} {e.message}; it was skipped and the notebook was run again without it.")
+            self.notes.append(f"{name} {e.message}; it was skipped and the notebook was run again without it.")
             return False
         except channel.BadMessage as e:
-            if first:
-                notes.append(f"{name}: the grader could not read its kernel's reply ({e}).")
-            continue
+            if self.first_attempt:
+                self.notes.append(f"{name}: the grader could not read its kernel's reply ({e}).")
+            return True
+        self._read_cell_reply(reply, name=name, limit=limit)
+        return True
+
+    def _read_cell_reply(self, reply: dict, *, name: str, limit: float) -> None:
+        """Note the cell's error (first attempt only: later ones repeat it) and charge a hung cell."""
         error = reply.get("error")
         timed_out = bool(error) and "ran past the time limit" in str(error)
-        if timed_out and limit < limits.cell_timeout:
-            notes.append(f"{name} was stopped: the submission used up its total time ({limits.total_timeout:g} s).")
+        if timed_out and limit < self.limits.cell_timeout:
+            self.notes.append(f"{name} was stopped: the submission used up its total time "
+                              f"({self.limits.total_timeout:g} s).")
             raise _OutOfTime()
-        if error and first:
-            notes.append(f"{name}: {str(error)[:300]}")
+        if error and self.first_attempt:
+            self.notes.append(f"{name}: {str(error)[:300]}")
         if timed_out:
             # The answer that hung here would hang its checks too: charge it once, not twice.
-            for qid in questions_hung_in(reply, fn_to_qid):
-                fail(qid, "timeout", f"Your code in {name} ran past the time limit "
-                                     f"({limits.cell_timeout:g} s), so {qid} was not checked.")
-    return True
+            for qid in questions_hung_in(reply, self.qid_of_function):
+                self.fail(qid, status="timeout", message=f"Your code in {name} ran past the time limit "
+                                                         f"({self.limits.cell_timeout:g} s), so {qid} was not checked.")
+
+    # -- the checks
+
+    def _check_remaining(self) -> None:
+        """Check the questions left, in order, against the live kernel; stop at the first one during
+        which the sandbox was lost (the next attempt resumes). Raises :class:`_OutOfTime`."""
+        code = RemoteCode(self.kernel, self.seed)
+        for q in list(self.remaining.values()):
+            if not self._check(q, code=code):
+                return
+
+    def _check(self, q: Question, *, code: RemoteCode) -> bool:
+        """Check one question for at most ``min(its limit, time left)``; False when the sandbox was lost."""
+        own = self.limits.timeout or q.timeout
+        if self.time_left() <= 0:
+            raise _OutOfTime()
+        limit = min(own, self.time_left())
+        code.deadline = time.monotonic() + limit
+        self.results[q.qid] = run_question(q, code, hidden=self.hidden, timeout=limit)
+        del self.remaining[q.qid]
+        cut = limit < own and self.results[q.qid].status == "timeout"
+        if cut:
+            self.fail(q.qid, status="timeout", message=f"Timed out: the submission used up its total time "
+                                                       f"({self.limits.total_timeout:g} s) while {q.qid} "
+                                                       "was being checked.")
+        lost = self.kernel.lost
+        if lost is None:
+            return True
+        if not cut:
+            what = (f"ran past the time limit ({limit:g} s)" if lost.status == "timeout"
+                    and "time limit" in lost.message else lost.message)
+            self.fail(q.qid, status=lost.status, message=f"While checking {q.qid}, your code {what}.")
+        return False

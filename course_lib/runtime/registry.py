@@ -96,7 +96,8 @@ def lookup(collective: str, name: str) -> Algorithm:
 
 def index(collective: str, name: str) -> int:
     """1-based position of ``name`` among the collective's algorithms in sorted order (0: none);
-    every process computes the same number, so it can travel in a tag."""
+    every rank computes the same number, since every worker holds the launcher's table (see
+    :func:`providers`), so it can travel in a tag."""
     names = sorted(_ROWS.get(collective, {}))
     return names.index(name) + 1 if name in names else 0
 

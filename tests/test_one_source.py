@@ -8,7 +8,9 @@ and what it writes, and check that the generator refuses what it cannot write fa
 """
 from __future__ import annotations
 
+import ast
 import inspect
+import itertools
 import os
 import shutil
 
@@ -18,14 +20,16 @@ import pytest
 from course_lib.grading.make_exercises import (
     expected_exercises,
     expected_solutions,
+    imported_objects,
     main,
     names_needed,
-    reference_answers,
+    reference_sources,
+    without_imports_made,
     write_answers,
 )
 from course_lib.grading.regions import RegionError, function_with_region, write_region_functions
 from course_lib.lessons import graded
-from course_lib.reference import ex04
+from course_lib.reference import ex03, ex04
 
 from common import EXERCISES, SOLUTIONS
 
@@ -61,13 +65,30 @@ def test_committed_exercise_is_written_from_the_regenerated_solution(lesson, gen
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=[lesson.number for lesson in LESSONS])
 def test_each_region_holds_the_body_of_its_reference_function(lesson):
-    """Read back from the notebook, not from the generator: the region is the reference's body."""
+    """Read back from the notebook, not from the generator: the region's lines are the reference's body,
+    in order, less only imports (and their comments) that the notebook has already made."""
     nb = nbformat.read(SOLUTIONS / lesson.notebook, as_version=4)
-    for qid, (name, text) in reference_answers(lesson.number).items():
+    for qid, (name, source) in reference_sources(lesson.number).items():
         cell = _cell_with(nb, f"# BEGIN SOLUTION {qid}\n")
         assert f"def {name}(" in cell.source
-        region = cell.source.split(f"# BEGIN SOLUTION {qid}\n")[1].split("# END SOLUTION")[0]
-        assert region.strip() and region in text, qid
+        region = cell.source.split(f"# BEGIN SOLUTION {qid}\n")[1].split("# END SOLUTION")[0].splitlines()
+        docstring = ast.parse(source).body[0].body[0]
+        body = iter(source.splitlines()[docstring.end_lineno:])
+        for line in region:
+            skipped = list(itertools.takewhile(lambda ref, line=line: ref != line, body))
+            assert all(not s.strip() or s.lstrip().startswith(("#", "from ", "import ")) for s in skipped), (
+                qid, skipped)
+        assert any(line.strip() for line in region), qid
+
+
+def test_an_import_is_left_out_only_when_the_notebook_made_it():
+    source = inspect.getsource(ex03.apply_update)
+    assert "from course_lib.async_ps.records import Record, constant_lr" in source
+    made = imported_objects("from course_lib.async_ps import Record, constant_lr\n")
+    assert "import" not in without_imports_made(source, made).split('"""')[-1]
+    other = imported_objects("from collections import namedtuple as Record\n"
+                             "from course_lib.async_ps import constant_lr\n")
+    assert without_imports_made(source, other) == source.rstrip("\n")
 
 
 def test_a_drifted_region_is_found_and_rewritten(tmp_path):

@@ -16,7 +16,10 @@ until it has.
    docstring (what the exercise shows, so the docstring states the task, not the method), then its
    body between the markers (the answer, with comments that say why). The rest of the notebook is
    kept. Every global name the function reads must be bound in that cell or an earlier one (the
-   notebook's imports), or be imported inside the function; helpers are nested inside it.
+   notebook's imports), or be imported inside the function; helpers are nested inside it. An
+   import inside the function that binds what the notebook's imports already bound (a reference
+   imports there what its library's import order keeps from the module's top) is left out of
+   the region, with the comment just above it.
 2. Exercises. Each region becomes a stub raising ``NotImplementedError("exNN_k: <title>")``; cells
    tagged ``solution-only`` are dropped; outputs and execution counts are cleared;
    ``metadata.course`` records the lesson and its question ids (the grader reads it).
@@ -31,12 +34,14 @@ an empty region (``# BEGIN SOLUTION exNN_k`` / ``# END SOLUTION``); then ``make 
 from __future__ import annotations
 
 import argparse
+import ast
 import builtins
 import copy
 import importlib
 import inspect
 import symtable
 import sys
+import textwrap
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
@@ -44,18 +49,66 @@ import nbformat
 
 from ..lessons import graded as graded_lessons
 from ..reference import module_name, questions_of
-from .regions import RegionError, function_with_region, lesson_of_path, replace_regions, stub, write_region_functions
+from .regions import (
+    BEGIN_RE,
+    RegionError,
+    function_with_region,
+    lesson_of_path,
+    replace_regions,
+    stub,
+    write_region_functions,
+)
 from .registry import REPO_ROOT, load_lesson
 
 SOLUTION_ONLY_TAG = "solution-only"
 
 
 # -- solutions from the references -----------------------------------------------------------
-def reference_answers(lesson: str) -> Dict[str, Tuple[str, str]]:
-    """{question id: (function name, the reference function's text with its body marked as the region)}."""
+def reference_sources(lesson: str) -> Dict[str, Tuple[str, str]]:
+    """{question id: (function name, the source of its reference function)} of one lesson."""
     module = importlib.import_module(module_name(lesson))
-    return {qid: (name, function_with_region(inspect.getsource(getattr(module, name)), qid))
+    return {qid: (name, textwrap.dedent(inspect.getsource(getattr(module, name))))
             for name, qid in questions_of(lesson).items()}
+
+
+def _imports(node) -> List[Tuple[str, object]]:
+    """(name bound, object) of each name an import statement binds; object None if it cannot be resolved."""
+    out = []
+    for alias in node.names:
+        try:
+            if isinstance(node, ast.ImportFrom):
+                obj = None if node.level else getattr(importlib.import_module(node.module), alias.name)
+            else:
+                obj = importlib.import_module(alias.name if alias.asname else alias.name.split(".")[0])
+        except (ImportError, AttributeError):
+            obj = None
+        out.append((alias.asname or alias.name.split(".")[0], obj))
+    return out
+
+
+def imported_objects(source: str) -> Dict[str, object]:
+    """{name: object} that a cell's top-level imports bind."""
+    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    return {name: obj for node in ast.parse(code).body if isinstance(node, (ast.Import, ast.ImportFrom))
+            for name, obj in _imports(node) if obj is not None}
+
+
+def without_imports_made(function_source: str, imported: Dict[str, object]) -> str:
+    """``function_source`` less the imports in its body that bind names to the objects the notebook's
+    imports already bound them to (a reference imports inside a function what its library's import
+    order keeps from its module's top), with the comment lines just above them and the blank lines after."""
+    lines = function_source.splitlines()
+    drop: Set[int] = set()
+    for node in ast.parse(function_source).body[0].body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and all(
+                obj is not None and imported.get(name, None) is obj for name, obj in _imports(node)):
+            first, last = node.lineno - 1, node.end_lineno
+            while first > 0 and lines[first - 1].lstrip().startswith("#"):
+                first -= 1
+            while last < len(lines) and not lines[last].strip():
+                last += 1
+            drop.update(range(first, last))
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop)
 
 
 def names_bound(source: str) -> Set[str]:
@@ -83,16 +136,24 @@ def names_needed(function_text: str) -> Set[str]:
 def write_answers(nb, lesson: str, source_name: str = ""):
     """A copy of solution notebook ``nb`` whose answer functions are the references of ``lesson``.
 
-    Each region, with the ``def`` around it, becomes the reference function's text
-    (:func:`reference_answers`); the rest of the notebook is kept. A name the function reads
-    must be bound by this cell or an earlier one (an import, a constant), else RegionError."""
-    answers = reference_answers(lesson)
+    Each region, with the ``def`` around it, becomes the reference function's text, less the
+    imports the notebook has already made (:func:`without_imports_made`), its body marked as the
+    region; the rest of the notebook is kept. A name the function reads must be bound by this
+    cell or an earlier one (an import, a constant), else RegionError."""
+    sources = reference_sources(lesson)
     nb = copy.deepcopy(nb)
     bound: Set[str] = set()
+    imported: Dict[str, object] = {}
     for k, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
         where = f"{source_name} cell {k}"
+        imported.update(imported_objects(cell.source))
+        if not any(BEGIN_RE.match(line) for line in cell.source.splitlines()):
+            bound |= names_bound(cell.source)
+            continue
+        answers = {qid: (name, function_with_region(without_imports_made(source, imported), qid))
+                   for qid, (name, source) in sources.items()}
         cell.source, qids = write_region_functions(cell.source, answers, where)
         bound |= names_bound(cell.source)
         for qid in qids:

@@ -15,7 +15,8 @@ method) and the body as the solution region; tests/test_one_source.py fails when
 differs. So a body reads as a model answer: comments say why, and what the library needs beyond
 the question (an ``isend`` above 16 KiB, an array of keys) is said where it is done. Names it
 reads come from the notebook's imports or are imported inside the function (where this module
-cannot import them at its top: the package that uses the answer imports this module).
+cannot import them at its top: the package that uses the answer imports this module; the
+notebook, which imports them already, shows the function without those lines).
 
 ``make release`` (:mod:`course_lib.release`) ships a ``course_lib/reference`` whose modules hold
 *stand-ins* instead: functions of the same names and parameters that run the student's own

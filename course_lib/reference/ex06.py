@@ -34,9 +34,9 @@ def column_parallel_forward(comm, X, W1_shard, b1_shard, gather=False):
 def row_parallel_forward(comm, A_shard, W2_shard, b2):
     """Y = sum_r A_r W2_r + b2, the whole output, on every worker."""
     # the local partial product, then one ring allreduce (the runtime's, lesson 02)
-    partial = np.asarray(A_shard) @ W2_shard
+    mine = np.asarray(A_shard) @ W2_shard
     # the bias once, after the reduction: added before it, it would count p times
-    return comm.allreduce(partial, algorithm="ring") + b2
+    return comm.allreduce(mine, algorithm="ring") + b2
 
 
 def row_parallel_backward(comm, A_shard, W2_shard, dY):

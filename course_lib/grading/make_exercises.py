@@ -86,10 +86,14 @@ def _imports(node) -> List[Tuple[str, object]]:
     return out
 
 
+def _python_of(cell_source: str) -> str:
+    """A code cell's text with its IPython magics and shell lines (``%...``, ``!...``) blanked."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in cell_source.splitlines())
+
+
 def imported_objects(source: str) -> Dict[str, object]:
     """{name: object} that a cell's top-level imports bind."""
-    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
-    return {name: obj for node in ast.parse(code).body if isinstance(node, (ast.Import, ast.ImportFrom))
+    return {name: obj for node in ast.parse(_python_of(source)).body if isinstance(node, (ast.Import, ast.ImportFrom))
             for name, obj in _imports(node) if obj is not None}
 
 
@@ -113,8 +117,7 @@ def without_imports_made(function_source: str, imported: Dict[str, object]) -> s
 
 def names_bound(source: str) -> Set[str]:
     """Names a cell binds at its top level (imports, assignments, ``def``, ``class``, loop targets)."""
-    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
-    table = symtable.symtable(code, "<cell>", "exec")
+    table = symtable.symtable(_python_of(source), "<cell>", "exec")
     return {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported()}
 
 

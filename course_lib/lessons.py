@@ -46,7 +46,7 @@ LESSONS = (
            questions=('ex00_1', 'ex00_2', 'ex00_3'),
            uses=('ex00_2',),
            tests=('test_runtime.py', 'test_faults.py', 'test_p2p_mpi4py.py',
-                  'test_netem.py', 'test_lesson00.py', 'test_hardware.py'),
+                  'test_netem.py', 'test_hardware.py'),
            summary=(
                'probe your cores, start workers, shared arrays, send/recv, measure and fit latency + '
                'bytes/bandwidth, emulated network, timelines')),
@@ -54,7 +54,7 @@ LESSONS = (
            time='45 / 40 min', package='mapreduce',
            questions=('ex01_1', 'ex01_2', 'ex01_3', 'ex01_4', 'ex01_5'),
            uses=('ex00_2', 'ex01_2', 'ex01_3', 'ex01_4'),
-           tests=('test_mapreduce.py', 'test_lesson01.py'),
+           tests=('test_mapreduce.py',),
            summary=(
                'the gradient as a sum over samples; server/worker MapReduce GD on shared-memory shards equals '
                'single-process GD; words per iteration against the formula (sum / mean / collect); speedup '
@@ -66,7 +66,7 @@ LESSONS = (
            time='60 / 60 min', package='collectives',
            questions=('ex02_1', 'ex02_2', 'ex02_3', 'ex02_4', 'ex02_5'),
            uses=('ex02_3', 'ex02_4'),
-           tests=('test_collectives.py', 'test_syncbn.py', 'test_lesson02.py', 'test_sharp.py'),
+           tests=('test_collectives.py', 'test_syncbn.py', 'test_sharp.py'),
            summary=(
                "the MPI vocabulary with mpi4py's methods; step through who sends what to whom (barrier, bcast, "
                'scatter/gather, allgather ring / recursive doubling / Bruck, reduce-scatter, allreduce tree / '
@@ -80,7 +80,7 @@ LESSONS = (
            time='45 / 40 min', package='async_ps',
            questions=('ex03_1', 'ex03_2', 'ex03_3', 'ex03_4', 'ex03_5'),
            uses=('ex03_1', 'ex03_2', 'ex03_3', 'ex03_4', 'ex03_5'),
-           tests=('test_async_ps.py', 'test_lesson03.py'),
+           tests=('test_async_ps.py',),
            summary=(
                "an asynchronous parameter server on real processes: the staleness of every gradient against wall "
                "time, the seeds' two fast workers and a slow one (histogram, gradients many versions late, loss "
@@ -124,7 +124,7 @@ LESSONS = (
            time='45 / 40 min', package='model_parallel',
            questions=('ex06_1', 'ex06_2', 'ex06_3', 'ex06_4', 'ex06_5', 'ex06_6'),
            uses=('ex06_1', 'ex06_2', 'ex06_3', 'ex06_4', 'ex06_5', 'ex06_6'),
-           tests=('test_model_parallel.py', 'test_lesson06.py'),
+           tests=('test_model_parallel.py',),
            summary=(
                'split a two-layer network by columns and rows over real processes (equal to serial; allgather / '
                'reduce-scatter / allreduce bytes; memory per worker 1/p), factorise a matrix too large for one '

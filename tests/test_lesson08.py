@@ -1,4 +1,4 @@
-"""Lesson 08: the notebook runs headless within its budget, and its Markdown states the numbers
+"""Lesson 08: the notebook's Markdown states the numbers
 that its claims check.
 
 What the notebook says about its own run (bytes, counts and equalities exactly; the DDP step
@@ -9,17 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from common import LOADED_BUDGET_S, NOTEBOOKS
+from common import NOTEBOOKS
 
 NOTEBOOK = NOTEBOOKS / "08_data_parallelism_in_practice.ipynb"
 
-pytestmark = [pytest.mark.slow, pytest.mark.timing, pytest.mark.xdist_group(NOTEBOOK.stem)]
-
-
-def test_runs_headless_within_the_budget(ran):
-    assert ran.errors == []
-    assert ran.seconds < LOADED_BUDGET_S, (
-        f"lesson 08 took {ran.seconds:.0f} s (budget under load {LOADED_BUDGET_S:g} s)")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(NOTEBOOK.stem)]
 
 
 def test_the_text_states_the_numbers_the_claims_check(ran):

@@ -26,7 +26,7 @@ from course_lib.grading.regions import BEGIN_RE, lesson_of_path, replace_region_
 from course_lib.grading.registry import DEFAULT_HIDDEN_DIR, GENERIC_PROPERTY, get_question
 from course_lib.reference import QUESTIONS as REFERENCE_QUESTIONS
 
-from common import EXERCISES, FIXTURES, REPO, SOLUTIONS, expected_points
+from common import EXERCISES, FIXTURES, REPO, SOLUTIONS, expected_points, fixture_header
 
 QUESTIONS_DIR = REPO / "course_lib" / "questions"
 WRONG = sorted((FIXTURES / "wrong_answers").glob("ex[0-9][0-9]_*__*.py"))
@@ -183,6 +183,10 @@ def test_wrong_answer_fails_its_question_only(path):
     res = run_question(q, ns, hidden=True, timeout=q.timeout)
     assert res.points == 0 and res.status != "passed", describe(res)
     assert res.message and "does not have the form" not in res.message and "no hint" not in res.message, describe(res)
+    for spec in fixture_header(path).get("expect-message", []):   # "# expect-message: ex06_1 ~ wrong axis"
+        want_qid, _, needle = (s.strip() for s in spec.partition("~"))
+        assert want_qid == qid and needle.lower() in res.message.lower(), (
+            f"{path.name}: {needle!r} not in {describe(res)}")
     for k in les.questions:            # the others are untouched: their functions are the solution's
         if k != qid:
             assert les.solution_result(k).passed, describe(les.solution_result(k))

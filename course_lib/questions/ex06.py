@@ -12,12 +12,13 @@ network below are written out.
 """
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import numpy as np
 
 from course_lib.grading import question
-from course_lib.grading.student import harness
+from course_lib.grading.student import StudentError, harness
 from course_lib.questions import (
     as_array,
     as_number,
@@ -127,10 +128,37 @@ def _ranks(res, fname):
 
 
 # ------------------------------------------------------------------------------ ex06_1
+#: What numpy says when arrays of different widths are joined along the other axis (np.concatenate,
+#: np.vstack, np.stack): the mistake of gathering the activation shards along the batch axis.
+JOIN_MISMATCH = re.compile(r"concatenation axis|must have the same shape|must match exactly")
+
+
+def _wrong_axis(p, A, got_shape=None) -> str:
+    """The concept a gather along the wrong axis misses, with the shapes only (never the values)."""
+    batch, hidden = A.shape
+    got = f"got shape {tuple(got_shape)}" if got_shape is not None else (
+        "got a ValueError from joining shards of different widths")
+    return (f"with p={p}, gather=True: the activations are gathered along the wrong axis: expected shape "
+            f"({batch}, {hidden}) for the full activation tanh(X W1 + b1) (the batch of {batch} by all {hidden} "
+            f"hidden units), {got}. Each worker holds the same batch rows but its own hidden units (columns), "
+            "so the shards go side by side along the hidden-unit axis (axis=1), not stacked along the batch "
+            "axis (axis=0).")
+
+
 def check_column_forward(f, p, gather, params, X, A):
     A = np.asarray(A, float)
-    res, total = run_tp(f, "col", params, {"X": np.asarray(X, float), "gather": gather}, p)
+    try:
+        res, total = run_tp(f, "col", params, {"X": np.asarray(X, float), "gather": gather}, p)
+    except StudentError as exc:
+        # The shards are (batch, own width): stacked along the batch axis they only fit when the widths
+        # agree, so numpy's own "dimensions ... must match" from inside a gather is this mistake.
+        if gather and "ValueError" in exc.kinds and JOIN_MISMATCH.search(exc.message or ""):
+            raise AssertionError(_wrong_axis(p, A)) from None
+        raise
     for r, out, (a, b) in _ranks(res, "column_parallel_forward"):
+        got = np.shape(out) if isinstance(out, np.ndarray) else None
+        if gather and got is not None and len(got) == 2 and got != A.shape and np.prod(got) == A.size:
+            raise AssertionError(_wrong_axis(p, A, got))
         if gather:
             _close(out, A, f"rank {r} of {p}, gather=True, should return the full activation tanh(X W1 + b1)",
                    "the result")

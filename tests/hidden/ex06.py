@@ -26,7 +26,8 @@ def network(d_hidden, seed=0, d_in=5, d_out=3, batch=6):
 
 
 #: What part of a tensor-parallel check failed: its values or the bytes its workers sent.
-TP_PARTS = (("bytes", "the bytes the workers send"), ("yours sent nothing", "the workers send nothing"),
+TP_PARTS = (("gathered along the wrong axis", "the activations are gathered along the wrong axis"),
+            ("bytes", "the bytes the workers send"), ("yours sent nothing", "the workers send nothing"),
             ("dW2_shard", "the weight gradient"),
             ("db2", "the bias gradient"), ("dA_shard", "the activation gradient"), ("should return", "the values"))
 

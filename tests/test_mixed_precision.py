@@ -96,3 +96,22 @@ def test_the_fp16_allreduce_moves_half_the_bytes_of_the_fp32_one(runs):
     # p = 2: each rank sends its n fp16 values once (2 bytes each)
     assert fp16.allreduce_bytes[0] == 2 * 2 * fp16.n_params
     assert fp16.total_bytes == STEPS * fp16.allreduce_bytes[0]
+
+
+def test_fp16_moves_half_the_bytes_at_n_5_even_where_the_default_would_switch_algorithm():
+    """20,000 parameters: fp32's 80 KB are above the default allreduce's 64 KiB switch and fp16's
+    40 KB below it, so by default the two would run different algorithms (at N = 5, recursive
+    doubling's 10 n items against the ring's 8 n: 62.5 %). Both run the ring: exactly half, and
+    each is the ring's 2 (N-1) n x itemsize over all ranks."""
+    layers, X, T = mpx.small_target_problem(20, [99, 200, 1], TARGET_SCALE)
+    n_params = sum(W.size + b.size for W, b in layers)
+    assert 32 * 1024 < 2 * n_params < 64 * 1024 <= 4 * n_params
+    with cl.Cluster(5) as cluster:
+        fp16 = mpx.train_data_parallel(cluster, layers, X, T, 1, LR, scaler=mpx.DynamicLossScaler())
+        fp32 = mpx.train_data_parallel(cluster, layers, X, T, 1, LR, precision="fp32")
+        default16 = mpx.train_data_parallel(cluster, layers, X, T, 1, LR, scaler=mpx.DynamicLossScaler(),
+                                            algorithm=None)
+    assert fp16.allreduce_bytes[0] == 2 * 4 * n_params * 2
+    assert fp32.allreduce_bytes[0] == 2 * 4 * n_params * 4
+    # what the default did: recursive doubling on the fp16 payload, more than the ring's bytes
+    assert default16.allreduce_bytes[0] / fp32.allreduce_bytes[0] == pytest.approx(0.625)

@@ -4,13 +4,16 @@ import numpy as np
 import pytest
 
 import course_lib as cl
+from course_lib.data_parallel.model import flatten_layers
 from course_lib.data_parallel.zero import (
     ZeroConfig,
     run_zero,
     shard_range,
     zero_bytes_per_param,
     zero_bytes_per_step,
+    zero_elements_per_rank,
 )
+from course_lib.model_parallel.mlp import init_deep
 
 CFG = ZeroConfig(steps=4)          # every layer's size is a multiple of 4: shards are equal
 
@@ -63,6 +66,38 @@ def test_bytes_per_step_are_the_formula(runs):
     assert out[3].bytes_total == 1.5 * out["dp_whole"].bytes_total
     layers = len(CFG.widths) - 1                 # stage 3: per layer two allgathers and a reduce-scatter
     assert out[3].messages_total == CFG.steps * 3 * layers * n * (n - 1)
+
+
+def test_each_rank_sends_the_papers_volume_per_rank(runs):
+    """ZeRO section 7 counts per rank: 2 Psi elements (DP, stages 1-2), 3 Psi (stage 3); a ring
+    sends exactly (N-1)/N of that per rank on average, fp16: 2 bytes an element."""
+    n, out = runs
+    psi = out[1].n_params
+    for stage, run in [(0, out["dp_whole"]), (1, out[1]), (2, out[2]), (3, out[3])]:
+        per_rank = run.bytes_per_rank_per_step
+        assert len(per_rank) == n and per_rank.sum() == zero_bytes_per_step(stage, psi, n)
+        assert per_rank.mean() == pytest.approx(2 * zero_elements_per_rank(stage, psi, n))
+        assert np.all(per_rank < 2 * zero_elements_per_rank(stage, psi, n, exact=False))
+    assert zero_elements_per_rank(3, psi, n, exact=False) == 3 * psi
+    assert zero_elements_per_rank(1, psi, n, exact=False) == 2 * psi
+
+
+def test_the_dp_groupings_differ_by_rounding_that_adams_first_step_magnifies():
+    """At N = 4 the whole-vector and per-layer allreduces add each element's four fp16 addends in
+    different orders. After one Adam step (lr g / (|g| + eps), about lr sign(g)), the weights differ
+    by about lr exactly where one grouping's sum was 0 (that weight did not move), and elsewhere
+    by far less than lr."""
+    cfg = ZeroConfig(steps=1)
+    w0 = flatten_layers(init_deep(cfg.widths, cfg.seed), np.float32)
+    with cl.Cluster(4) as cluster:
+        whole, by_layer = run_zero(cluster, 0, cfg), run_zero(cluster, 0, cfg, dp_by_layer=True)
+    diff = np.abs(whole.master - by_layer.master)
+    big = diff > cfg.lr / 2
+    assert big.any()                                  # the rounding shows
+    one_did_not_move = (whole.master == w0) | (by_layer.master == w0)
+    assert np.all(one_did_not_move[big])              # and only where a sum was exactly 0
+    assert np.all(np.abs(diff[big] - cfg.lr) < 0.01 * cfg.lr)
+    assert diff[~big].max() < 0.01 * cfg.lr
 
 
 def test_bad_stage_is_refused():

@@ -31,7 +31,7 @@ DEFAULT_CAP_BYTES = 800_000
 #: The lesson's network: lesson 06's tanh stack, 13 layers, 744 464 parameters.
 WIDTHS = (64,) + (256,) * 12 + (16,)
 #: The lesson's emulation: each layer's backward padded to 2 ns per FLOP (8.4 ms for a 256 x 256
-#: layer on 16 rows), and a network on which one such layer's gradients cost about as much to
+#: layer on 16 rows), and a network on which one such layer's gradients cost 1.44x that to
 #: allreduce (4 ranks: 6 x 1 ms latency + 1.5 x 263 KB / 65 MB/s = 12 ms). At half these times
 #: Python's own cost per message (0.3-0.7 ms on 2 cores) put the measured steps up to 2x the model.
 SECONDS_PER_FLOP = 2e-9

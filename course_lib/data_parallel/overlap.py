@@ -55,28 +55,43 @@ def model_step(plan: BucketPlan, layer_seconds, p: int, cost: costs.CostModel) -
     return StepModel(tuple(ready), tuple(comm), tuple(finish), t)
 
 
-def plot_overlap(timeline, ax, ranks=None, title: str | None = None, legend: bool = True):
+def plot_overlap(timeline, ax, ranks=None, title: str | None = None, legend: bool = True,
+                 origin: float = 0.0, window: tuple[float, float] | None = None):
     """Two lanes per rank: compute (forward, then the backward of layers B_i, labelled) above,
     communication below (the sends and receives of the allreduces, which the rank's background
-    thread runs while the compute lane goes on)."""
+    thread runs while the compute lane goes on).
+
+    Times are drawn in ms since ``origin`` (e.g. the step's start), so two panels given the same
+    ``window`` (ms, relative to their own origins) share one time scale. A compute block is
+    labelled only where its label fits (at least 2.5 % of the window wide), so labels never collide."""
     from matplotlib.patches import Patch
 
     from ..plot import COLORS
 
     ranks = sorted({e.rank for e in timeline}) if ranks is None else list(ranks)
+
+    def ms(t):
+        return 1e3 * (t - origin)
+
+    if window is None:
+        drawn = [e for e in timeline if e.rank in ranks]
+        window = (min(ms(e.start) for e in drawn), max(ms(e.end) for e in drawn)) if drawn else (0.0, 1.0)
+    min_label = 0.025 * (window[1] - window[0])
     for k, rank in enumerate(ranks):
         for lane, kinds in ((0, ("compute",)), (1, ("send", "recv"))):
             for kind in kinds:
                 events = [e for e in timeline if e.rank == rank and e.kind == kind]
-                ax.broken_barh([(e.start, max(e.duration, 1e-5)) for e in events], (2 * k + lane - 0.4, 0.8),
-                               facecolors=COLORS[kind], edgecolor="white", linewidth=0.4)
+                ax.broken_barh([(ms(e.start), max(1e3 * e.duration, 1e-2)) for e in events],
+                               (2 * k + lane - 0.4, 0.8), facecolors=COLORS[kind], edgecolor="white", linewidth=0.4)
         for e in timeline.of(rank, "compute"):
-            ax.text(e.start + e.duration / 2, 2 * k, e.label, ha="center", va="center", fontsize=6,
-                    color="white", clip_on=True)
+            if 1e3 * e.duration >= min_label and window[0] <= ms(e.start) and ms(e.end) <= window[1]:
+                ax.text(ms(e.start) + 1e3 * e.duration / 2, 2 * k, e.label, ha="center", va="center", fontsize=6,
+                        color="white", clip_on=True)
     ax.set_yticks(range(2 * len(ranks)))
     ax.set_yticklabels([f"rank {r} {lane}" for r in ranks for lane in ("compute", "comm")], fontsize=8)
     ax.set_ylim(2 * len(ranks) - 0.5, -0.5)   # rank 0's compute lane on top
-    ax.set_xlabel("time since the run started (s)")
+    ax.set_xlim(*window)
+    ax.set_xlabel("time since the step started (ms)" if origin else "time since the run started (ms)")
     if legend:
         ax.legend(handles=[Patch(color=COLORS[k], label=k) for k in ("compute", "send", "recv")],
                   loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)

@@ -5,9 +5,13 @@ Mixed-precision training with Adam keeps, per parameter, an fp16 working copy (2
 gradient (2 bytes) and the fp32 master weight, m and v (12 bytes): 16 bytes. Stage 1 shards the
 optimizer states over the N ranks, stage 2 the gradients too, stage 3 the parameters too; how many
 bytes per parameter each rank then holds is question ex08_4 (:func:`zero_bytes_per_param` runs the
-answer). Bytes sent per step, summed over all ranks with ring collectives and fp16 on the wire:
-2 (N-1) Psi x 2 for plain DP (allreduce) and stages 1 and 2 (reduce-scatter + allgather), 3 (N-1)
-Psi x 2 for stage 3 (1.5x: the parameters are allgathered twice).
+answer). Communication volume per rank, as the paper states it (section 7, in elements): 2 Psi for
+plain DP (an allreduce is a reduce-scatter and an allgather, Psi each) and for stages 1 and 2, 3 Psi
+for stage 3 (the parameters are allgathered twice, before forward and before backward: 1.5x). With
+ring collectives each rank sends exactly (N-1)/N Psi per reduce-scatter or allgather (the paper
+rounds (N-1)/N up to 1), so the mean per rank is 2 (N-1)/N Psi and 3 (N-1)/N Psi elements
+(:func:`zero_elements_per_rank`), fp16 on the wire: x 2 bytes; summed over all ranks
+2 (N-1) Psi x 2 and 3 (N-1) Psi x 2 bytes (:func:`zero_bytes_per_step`).
 
 Memory is measured from
 the arrays each rank holds (:class:`MemoryLedger`): the training state, plus stage 2's and 3's
@@ -23,7 +27,12 @@ Equality with plain DP: the ring reduce-scatter adds the ranks' values of chunk 
 order as the first half of a ring allreduce, and Adam is elementwise, so stage 1 equals DP that
 allreduces the whole gradient at once, and stages 2 and 3 equal DP that allreduces each layer
 as it is produced (DDP with one bucket per layer): bit for bit. The two DP groupings differ only
-in the order of fp16 additions (identical at N = 2).
+in the order of fp16 additions (identical at N = 2, where two addends commute). From N = 3 on the
+ring cuts the whole vector and each layer into different chunks, so an element's N addends are
+summed starting from different ranks and round differently; Adam then magnifies a few of these
+differences: its first step is lr g / (|g| + eps), about lr sign(g) whatever the size of g, so an
+element whose fp16 sum is exactly 0 in one grouping and not in the other moves by 0 in one and by
+about lr in the other (lesson 08 measures it).
 """
 from __future__ import annotations
 
@@ -58,6 +67,16 @@ def zero_bytes_per_step(stage: int, n_params: int, n_ranks: int, itemsize: int =
     zero_bytes_per_param(stage, n_ranks)                      # validates the stage
     passes = 3 if stage == 3 else 2
     return passes * (int(n_ranks) - 1) * int(n_params) * int(itemsize)
+
+
+def zero_elements_per_rank(stage: int, n_params: int, n_ranks: int, exact: bool = True) -> float:
+    """Elements one rank sends per step, on average over the ranks (Rajbhandari et al. 2020,
+    section 7): ``passes x (N-1)/N x Psi`` with ring collectives (``exact``), or the paper's
+    ``passes x Psi`` (``exact=False``), passes = 2 for DP and stages 1-2, 3 for stage 3."""
+    zero_bytes_per_param(stage, n_ranks)                      # validates the stage
+    passes = 3 if stage == 3 else 2
+    n_ranks = int(n_ranks)
+    return passes * int(n_params) * ((n_ranks - 1) / n_ranks if exact else 1.0)
 
 
 # -- memory accounting -------------------------------------------------------------------------
@@ -275,10 +294,16 @@ class ZeroRun:
     memory: list[MemoryReport]
     bytes_total: int
     messages_total: int
+    bytes_per_rank: tuple[int, ...] = ()   # what each rank sent in the whole run
 
     @property
     def bytes_per_step(self) -> float:
         return self.bytes_total / self.steps
+
+    @property
+    def bytes_per_rank_per_step(self) -> np.ndarray:
+        """Each rank's bytes sent per step (they differ by the array_split remainders)."""
+        return np.asarray(self.bytes_per_rank, dtype=float) / self.steps
 
     @property
     def bytes_per_param(self) -> list[float]:
@@ -298,4 +323,5 @@ def run_zero(cluster, stage: int, cfg: ZeroConfig = ZeroConfig(), dp_by_layer: b
             at += e - s
     losses = np.sum([r.losses for r in res], axis=0)
     return ZeroRun(stage, len(res), n, cfg.steps, master, losses, [r.memory for r in res],
-                   res.stats.total_bytes, res.stats.total_messages)
+                   res.stats.total_bytes, res.stats.total_messages,
+                   tuple(int(res.stats.bytes_sent(r)) for r in range(len(res))))

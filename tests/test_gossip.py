@@ -443,3 +443,36 @@ def test_dpsgd_beats_the_server_on_a_slow_emulated_network_as_the_model_says(emu
     assert 0.8 < server / server_model < 1.25, (server, server_model)
     assert server / ring > 2.5
     assert 0.6 < (server / ring) / (server_model / ring_model) < 1.5
+
+
+# --- what lesson 04's figures and widget rely on ------------------------------------------
+@pytest.mark.parametrize("n", range(4, 33))
+def test_torus_note_says_what_torus_builds(n):
+    """The widget prints torus_note(n): empty exactly when torus(n) is 4-regular; otherwise it names the
+    degree the graph really has, and the n it proposes do give a 4-regular torus."""
+    note = gs.torus_note(n)
+    degrees = {d for _, d in gs.torus(n).degree}
+    assert (note == "") == (degrees == {4})
+    if note:
+        assert len(degrees) == 1
+        degree = degrees.pop()
+        assert ("a ring" in note) == (degree == 2) and ("3 neighbours" in note) == (degree == 3)
+        proposed = [int(m) for m in note.rsplit(": ", 1)[1].split(" and ")]
+        assert proposed and all({d for _, d in gs.torus(m).degree} == {4} for m in proposed)
+        assert all(gs.torus_note(m) for m in range(min(proposed) + 1, max(proposed)) if m != n)
+
+
+def test_emulated_compute_changes_the_time_not_the_models():
+    """compute_seconds pads every gradient phase to that long; the models are those of the plain run."""
+    prob = gs.make_least_squares(240, 4, 4, iid=False, seed=1)
+    G = gs.ring(4)
+    plain = gs.run_dpsgd(G, prob, 6, lr=0.5, batch=8, seed=2, start_method="fork")
+    slow = gs.run_dpsgd(G, prob, 6, lr=0.5, batch=8, seed=2, start_method="fork", compute_seconds=0.02)
+    assert np.array_equal(plain.traj, slow.traj)
+    gradients = [e.duration for e in slow.result.timeline.of(kind="compute") if e.label == "gradient"]
+    assert len(gradients) == 4 * 6 and min(gradients) >= 0.02
+    server = gs.run_centralised_sgd(prob, 6, lr=0.5, batch=8, seed=2, start_method="fork", compute_seconds=0.02)
+    assert np.array_equal(server.traj, gs.run_centralised_sgd(prob, 6, lr=0.5, batch=8, seed=2,
+                                                              start_method="fork").traj)
+    worker_gradients = [e.duration for e in server.result.timeline.of(kind="compute") if e.label == "gradient"]
+    assert len(worker_gradients) == 4 * 6 and min(worker_gradients) >= 0.02

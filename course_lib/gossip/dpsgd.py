@@ -11,7 +11,8 @@ No server: the busiest node sends ``degree x model size`` bytes per iteration, a
 ``n x model size`` for a central server. The average :math:`\bar x` follows SGD with the
 averaged gradient; the models disagree by an amount set by the spectral gap ``1 - r``.
 
-The problem here is least squares, the seeds' example:
+The problem here is least squares, the example of the course's source note on parallel gradient
+descent (README, "Source notes"):
 :math:`f(w) = \frac{1}{2N}\|Xw - y\|^2`, shard ``i`` holding rows ``shards[i]``.
 """
 from __future__ import annotations

@@ -129,10 +129,12 @@ def _shared(c, a):
 
 
 def run_dpsgd(G, problem: LeastSquares, steps: int, lr: float, batch: int, seed: int = 0, W=None, *,
-              cluster=None, start_method=None, **run_kw) -> GossipRun:
+              cluster=None, start_method=None, compute_seconds: float = 0.0, **run_kw) -> GossipRun:
     """D-PSGD on ``problem`` (shard i on node i); trajectory of every local model (steps+1, n, d).
 
-    The nodes exchange models in the rounds of :func:`exchange_order` (no incast)."""
+    The nodes exchange models in the rounds of :func:`exchange_order` (no incast).
+    ``compute_seconds > 0``: every gradient is padded to that long (emulated computation; the
+    models are the same)."""
     n = validate_graph(G)
     if problem.n_nodes != n:
         raise ValueError(f"problem has {problem.n_nodes} shards for {n} nodes")
@@ -140,13 +142,17 @@ def run_dpsgd(G, problem: LeastSquares, steps: int, lr: float, batch: int, seed:
     W = metropolis_hastings(G, warn=False) if W is None else check_mixing_matrix(W, G)
     with _cluster(n, G, cluster, start_method) as c:
         X, y = _shared(c, problem.X), _shared(c, problem.y)
-        res = c.run(dpsgd_worker, X, y, problem.shards, W, steps, lr, batch, seed, exchange_order(G), **run_kw)
+        res = c.run(dpsgd_worker, X, y, problem.shards, W, steps, lr, batch, seed, exchange_order(G),
+                    compute_seconds, **run_kw)
     return GossipRun(np.stack(list(res), axis=1), res)
 
 
 def run_centralised_sgd(problem: LeastSquares, steps: int, lr: float, batch: int, seed: int = 0,
-                        asynchronous: bool = False, *, cluster=None, start_method=None, **run_kw) -> GossipRun:
+                        asynchronous: bool = False, *, cluster=None, start_method=None, compute_seconds: float = 0.0,
+                        **run_kw) -> GossipRun:
     """Server + n workers on a star of n+1 processes (sync: lesson 01; async: lesson 03).
+
+    ``compute_seconds > 0``: every worker's gradient is padded to that long (emulated computation).
 
     The trajectory is the server's w, shape (steps+1, d). A given ``cluster`` must be
     ``Cluster(n + 1, graph=nx.star_graph(n))``.
@@ -157,5 +163,5 @@ def run_centralised_sgd(problem: LeastSquares, steps: int, lr: float, batch: int
     with _cluster(n + 1, nx.star_graph(n), cluster, start_method) as c:
         X, y = _shared(c, problem.X), _shared(c, problem.y)
         res = c.run(centralised_sgd_worker, X, y, problem.shards, steps, lr, batch, seed,
-                    asynchronous, **run_kw)
+                    asynchronous, compute_seconds, **run_kw)
     return GossipRun(res[0], res)

@@ -29,7 +29,7 @@ import networkx as nx
 __all__ = [
     "TOPOLOGIES", "DisconnectedGraphWarning", "ring", "path", "torus", "hypercube", "star",
     "complete", "expander", "erdos_renyi", "make_topology", "validate_graph", "components",
-    "warn_if_disconnected", "torus_shape", "exchange_rounds", "exchange_order",
+    "warn_if_disconnected", "torus_shape", "torus_note", "exchange_rounds", "exchange_order",
 ]
 
 
@@ -63,6 +63,31 @@ def torus_shape(n: int) -> tuple[int, int]:
     while n % rows:
         rows -= 1
     return rows, n // rows
+
+
+def torus_note(n: int) -> str:
+    """What :func:`torus` builds for ``n`` nodes when it is not a 2-D torus ("" when it is).
+
+    A torus of degree 4 needs ``n = rows x cols`` with both sides at least 3. With ``rows = 1``
+    (``n`` prime) the grid is one row wrapped around: a ring. With ``rows = 2`` the wrap-around
+    edge of a column is the edge it already has, so every node has 3 neighbours (a prism), not 4
+    (and 2 x 2 is a ring of 4).
+    The note names the shape and the nearest ``n`` that make a true torus."""
+    rows, cols = torus_shape(n)
+    if rows >= 3:
+        return ""
+    true_tori = [m for m in range(max(9, n - 9), n + 10) if torus_shape(m)[0] >= 3]
+    below = [m for m in true_tori if m < n]
+    above = [m for m in true_tori if m > n]
+    nearest = " and ".join(str(m) for m in ([below[-1]] if below else []) + ([above[0]] if above else []))
+    if rows == 1:
+        what = f"n = {n} is prime, so the only grid is 1 x {n}: a ring (degree 2)"
+    elif cols == 2:
+        what = "the only grid is 2 x 2, whose wrap-around edges are edges it already has: a ring of 4 (degree 2)"
+    else:
+        what = (f"the most square grid for n = {n} is 2 x {cols}: the wrap-around of a 2-row column is the edge it "
+                f"already has, so every node has 3 neighbours, not 4 (a prism)")
+    return f"not a 2-D torus: {what}; the nearest n with a true torus (at least 3 x 3): {nearest}"
 
 
 def torus(n: int, shape: tuple[int, int] | None = None) -> nx.Graph:

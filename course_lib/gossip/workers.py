@@ -7,6 +7,8 @@ results equal the single-process references bit for bit.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from course_lib.reference.ex04 import gossip_step  # question ex04_3
@@ -15,7 +17,7 @@ from .consensus import mix
 from .dpsgd import minibatch_gradient, node_rng
 
 __all__ = ["exchange", "node_weights", "gossip_step", "gossip_worker", "pairwise_worker",
-           "dpsgd_worker", "centralised_sgd_worker"]
+           "dpsgd_worker", "centralised_sgd_worker", "emulate_compute"]
 
 # Above this size a send goes through isend, so that two neighbours sending big arrays to
 # each other at the same time cannot both block on full Pipes.
@@ -94,11 +96,25 @@ def pairwise_worker(comm, x0, schedule):
     return mine, values
 
 
-def dpsgd_worker(comm, X, y, shards, W, steps: int, lr: float, batch: int, seed: int = 0, order=None):
+def emulate_compute(started: float, compute_seconds: float) -> None:
+    """Sleep until ``compute_seconds`` have passed since ``started`` (a ``time.perf_counter()``).
+
+    Emulated computation: the gradients of these lessons take tens of microseconds, too short to
+    see on a timeline beside messages; padding each to ``compute_seconds`` makes the phase as long
+    as a larger model's would be, without using a core (16 sleeping nodes share 2 cores freely).
+    The result is the same: only the time changes."""
+    left = compute_seconds - (time.perf_counter() - started)
+    if left > 0:
+        time.sleep(left)
+
+
+def dpsgd_worker(comm, X, y, shards, W, steps: int, lr: float, batch: int, seed: int = 0, order=None,
+                 compute_seconds: float = 0.0):
     """D-PSGD (Lian et al. 2017) at node ``rank``; X, y are SharedArrays (zero-copy views).
 
     Each step: gradient at the current local model on a minibatch of the local shard,
     exchange models with the neighbours (in ``order[rank]``, if given), x_i <- sum_j W_ij x_j - lr * g_i.
+    ``compute_seconds > 0`` pads each gradient to that long (:func:`emulate_compute`).
     Returns the trajectory of the local model, shape (steps+1, d).
     """
     X, y = np.asarray(X), np.asarray(y)
@@ -110,7 +126,9 @@ def dpsgd_worker(comm, X, y, shards, W, steps: int, lr: float, batch: int, seed:
     traj[0] = x
     for t in range(steps):
         with comm.compute("gradient"):
+            started = time.perf_counter()
             g = minibatch_gradient(X, y, shard, x, batch, rng)
+            emulate_compute(started, compute_seconds)
         values = exchange(comm, x, order=None if order is None else order[comm.rank])
         with comm.compute("mix"):
             x = mix(weights, values) - lr * g
@@ -119,18 +137,20 @@ def dpsgd_worker(comm, X, y, shards, W, steps: int, lr: float, batch: int, seed:
 
 
 def centralised_sgd_worker(comm, X, y, shards, steps: int, lr: float, batch: int, seed: int = 0,
-                           asynchronous: bool = False):
+                           asynchronous: bool = False, compute_seconds: float = 0.0):
     """A server (rank 0) and n workers (ranks 1..n) on a star: lesson 01 / lesson 03 shape.
 
     Synchronous (lesson 01, MapReduce): the server sends w to every worker, gathers all n
     minibatch gradients, averages them in rank order and steps. Asynchronous (lesson 03,
     parameter server): the server applies each gradient as it arrives and sends the new w
     back to that worker only; it stops after ``steps * n`` updates. Worker k uses shard k-1.
+    ``compute_seconds > 0`` pads each worker's gradient to that long (:func:`emulate_compute`).
     The server returns the trajectory of w, one row per n applied gradients.
     """
     X, y = np.asarray(X), np.asarray(y)
     if comm.rank != 0:
-        return _gradient_worker(comm, X, y, shards[comm.rank - 1], batch, node_rng(seed, comm.rank - 1))
+        return _gradient_worker(comm, X, y, shards[comm.rank - 1], batch, node_rng(seed, comm.rank - 1),
+                                compute_seconds)
     serve = _serve_asynchronously if asynchronous else _serve_synchronously
     traj = serve(comm, np.zeros(X.shape[1]), steps, lr)
     for k in range(1, comm.size):  # everyone gets a last message: None means stop
@@ -173,12 +193,14 @@ def _serve_asynchronously(comm, w, steps: int, lr: float) -> list:
     return traj
 
 
-def _gradient_worker(comm, X, y, shard, batch: int, rng) -> None:
+def _gradient_worker(comm, X, y, shard, batch: int, rng, compute_seconds: float = 0.0) -> None:
     """Answer every w from the server with a minibatch gradient on ``shard``, until None."""
     while True:
         w = comm.recv(source=0)
         if w is None:
             return None
         with comm.compute("gradient"):
+            started = time.perf_counter()
             g = minibatch_gradient(X, y, shard, w, batch, rng)
+            emulate_compute(started, compute_seconds)
         comm.send(g, 0)

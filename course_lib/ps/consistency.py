@@ -8,7 +8,12 @@ A worker at clock ``t`` that wants to read (pull) for its next iteration may do 
 so the value it reads contains every update of every worker up to ``tau`` iterations behind
 it. ``tau = 0`` is the sequential (bulk synchronous) model; ``tau = inf`` is eventual
 consistency: never wait. The server checks the gate with the clocks it has heard of and
-defers a read until it holds (Li et al., OSDI 2014, section 3.3; Ho et al., NIPS 2013).
+defers a read until it holds (Li et al., OSDI 2014, section 3.5, flexible consistency).
+
+Ho et al. (NIPS 2013) named the bounded-delay model *stale synchronous parallel* (SSP): a worker
+may run at most ``tau`` iterations ahead of the slowest. The *SSP invariant*, checked by
+:func:`ssp_violations` on every recorded read: the reader's clock minus the smallest clock when
+the read was served is at most ``tau``.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Parameter server or allreduce? Bytes and time per step against the density of the gradient.
 
-The seeds: "a parameter server suits sparse parameter updates; for most deep-learning models
-the decentralised collectives are more efficient". One SGD step of ``p`` workers on a model of
-``n`` weights, where each worker's minibatch touches ``k`` keys (density ``d = k / n``), moves:
+The course's source note on data, model and pipeline parallelism (README, "Source notes"): "a
+parameter server suits sparse parameter updates; for most deep-learning models the decentralised
+collectives are more efficient". One SGD step of ``p`` workers on a model of ``n`` weights, where
+each worker's minibatch touches ``k`` keys (density ``d = k / n``), moves:
 
 * on a key-range parameter server (``S`` servers, the busiest holding a share ``s`` of the keys,
   ``s = 1/S`` for even ranges), per worker: a pull (``k`` keys out, ``k`` values back) and a push

@@ -1,4 +1,5 @@
-"""A server joins the ring while training runs (Li et al., OSDI 2014, section 4.3).
+"""A server joins the ring while training runs (Li et al., OSDI 2014, section 4.5, server management;
+the ring itself is their section 4.3, consistent hashing).
 
 Two rings: ``R0`` without the joiner ``J``, ``R1`` with it. Every request says which ring
 (*epoch*) its worker sliced it with, so a server reads the key range of a slice in the right

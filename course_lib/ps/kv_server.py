@@ -1,4 +1,5 @@
-"""The key-value server of the parameter server (ps-lite's KVServer): its store, its message
+"""The key-value server of the parameter server (ps-lite's KVServer; ps-lite is the open-source implementation
+of the design of Li et al., OSDI 2014): its store, its message
 handlers and its read gate.
 
 A server holds ``store[key]`` for every key (it answers only for the ranges it is in the chain
@@ -9,7 +10,8 @@ that the bounded-delay gate lets through (:func:`.consistency.may_answer_pull`).
 Writes follow the model: with ``tau = 0`` (sequential) an update of iteration ``c`` is staged
 until every worker has finished iteration ``c``, so a read at clock ``t`` sees exactly the
 iterations before ``t``. Otherwise it is applied at once, with the updater of ``cfg.updater``:
-``w += v`` (sum) or the proximal l1 step ``w <- soft(w - eta v, eta lam)``.
+``w += v`` (sum) or the proximal l1 step ``w <- soft(w - eta v, eta lam)``, with
+``soft(x, t) = sign(x) max(|x| - t, 0)`` (a user-defined function on the server, the paper's section 3.3).
 """
 from __future__ import annotations
 

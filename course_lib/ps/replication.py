@@ -1,4 +1,5 @@
-"""Chain replication of pushes, seen from one server (Li et al., OSDI 2014, after van Renesse and Schneider).
+"""Chain replication of pushes, seen from one server (Li et al., OSDI 2014, section 4.4,
+after van Renesse and Schneider 2004).
 
 A key range lives on a *chain*: its owner in the ring (the head) and the next ``replicas``
 distinct live servers. A push goes to the head, each member applies it and sends it on to its

@@ -9,8 +9,8 @@ With ``S`` servers and many points each, a join moves only the new server's arcs
 ``K / (S + 1)`` keys (its share of ``S + 1`` servers), and a leave exactly the departed server's
 keys (about ``K / S``), while going from ``hash(k) mod S`` to ``mod (S + 1)`` moves a fraction
 ``S / (S + 1)`` of all keys.
-The arcs are the *key ranges* of Li et al. (OSDI 2014): range ``i`` is replicated on the
-servers of the next points clockwise (chain replication).
+The arcs are the *key ranges* of Li et al. (OSDI 2014, section 4.3, consistent hashing): range
+``i`` is replicated on the servers of the next points clockwise (chain replication, section 4.4).
 """
 from __future__ import annotations
 

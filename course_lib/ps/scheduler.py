@@ -3,9 +3,9 @@
 Tasks ``0 .. n-1`` are blocks of the training data. A worker asks for one (:class:`.messages.NextTask`)
 and gets a task id or ``None`` (nothing left); it reports :class:`.messages.TaskFinished`. When a
 worker's Pipe closes (``PeerLost``), its unfinished tasks go back to the front of the queue for
-the survivors (Li et al., OSDI 2014, section 4.4: "the scheduler ... reassigns the task to another
-worker"). A worker that asks while the queue is empty but tasks are still running elsewhere is
-parked until one of them finishes or comes back.
+the survivors (Li et al., OSDI 2014, section 4.6, worker management: the task scheduler gives the
+data of a worker that left to another one). A worker that asks while the queue is empty but tasks
+are still running elsewhere is parked until one of them finishes or comes back.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Asynchronous tasks and their dependencies (Li et al., OSDI 2014, section 3.2).
+"""Asynchronous tasks and their dependencies (Li et al., OSDI 2014, section 3.4, and its figure 5).
 
 A push or a pull is a *task*: ``kv.pull`` returns at once and the worker computes while it runs.
 A task may be marked to depend on earlier ones (``kv.pull(keys, after=[ts])``): it starts only once

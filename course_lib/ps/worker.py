@@ -1,5 +1,8 @@
 """The worker side of the parameter server: ``push``, ``pull`` and ``wait`` over key ranges (ps-lite style).
 
+ps-lite is the open-source implementation of the design of Li et al. (OSDI 2014); range push and
+pull are the paper's section 3.2.
+
 Non-blocking, as in ps-lite::
 
     ts = kv.push(keys, values)   # sorted distinct keys; sliced by range; returns a timestamp
@@ -80,8 +83,9 @@ class KVWorker:
 
     def pull(self, keys, after=()) -> int:
         """Ask for the values of ``keys``. ``after``: timestamps of earlier requests this one depends on
-        (Li et al., OSDI 2014, section 3.2): it is sent once they are complete. This worker has one
-        thread, which makes progress only while it waits, so it waits for them here."""
+        (Li et al., OSDI 2014, section 3.4, asynchronous tasks and dependency): it is sent once they
+        are complete. This worker has one thread, which makes progress only while it waits, so it
+        waits for them here."""
         self.wait_for(after)
         return self._request(Pull, keys)
 

@@ -1,6 +1,8 @@
 """Sparse logistic regression on hashed features, trained on the parameter server.
 
-Click-through data as in Li et al. (OSDI 2014) and the seeds: each example has a few dozen
+Click-through data as in Li et al. (OSDI 2014, section 5.1) and the course's source note on data, model
+and pipeline parallelism (README, "Source notes"), which takes click-through prediction with many
+hashed features and logistic regression as its example: each example has a few dozen
 active binary features, hashed into ``K`` keys (``10^5``-``10^6``). The loss of a minibatch
 ``B`` touches only the keys of its examples, so a worker pulls and pushes only those:
 

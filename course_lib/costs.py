@@ -5,11 +5,11 @@ costs ``alpha + n beta`` (alpha: latency per message, beta: seconds per byte, i.
 1 / bandwidth), and reducing n bytes costs ``n gamma``. Summing along an algorithm's
 critical path gives its time, e.g. with p ranks and an n-byte vector:
 
-==========================  =====================================================
-ring allreduce              2(p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma
-binomial broadcast          ceil(lg p) (alpha + n beta)
-ring allgather              (p-1) alpha + (p-1)/p n beta   (n = gathered bytes)
-==========================  =====================================================
+==============================  =====================================================
+recursive-doubling allreduce    lg p (alpha + n beta + n gamma)
+binomial broadcast              ceil(lg p) (alpha + n beta)
+ring allgather                  (p-1) alpha + (p-1)/p n beta   (n = gathered bytes)
+==============================  =====================================================
 
 Two kinds of functions live here:
 
@@ -160,8 +160,16 @@ def _gamma(n=1 << 20, repeats=5, dtype=np.float64):
 
 
 def measure(cluster, sizes=(0, 1 << 10, 1 << 14, 1 << 17, 1 << 20), repeats: int = 5, **run_kwargs) -> CostModel:
-    """alpha and beta from a ping-pong between ranks 0 and 1 (least squares over sizes,
-    best of ``repeats`` one-way times), gamma from timing ``np.add`` on 1 MiB."""
+    """alpha and beta from a ping-pong between ranks 0 and 1, gamma from timing ``np.add`` on 1 MiB.
+
+    The line ``t(m) = alpha + m beta`` is fitted to the best of ``repeats`` one-way times by least
+    squares on *relative* errors (weights 1 / t): a time's noise grows with the time, and a plain
+    fit lets the megabyte messages' noise decide the intercept, which then comes out near 0 or
+    negative even though an empty message takes microseconds. If the intercept is still not
+    positive, alpha is the smallest message's time (an upper bound on the latency)."""
     m = pingpong(cluster, sizes, repeats, **run_kwargs)
-    slope, intercept = np.polyfit(m["bytes"], m["seconds"], 1)
-    return CostModel(alpha=max(float(intercept), 0.0), beta=max(float(slope), 1e-15), gamma=_gamma())
+    seconds = np.maximum(m["seconds"], 1e-9)
+    slope, intercept = np.polyfit(m["bytes"], seconds, 1, w=1.0 / seconds)
+    if intercept <= 0:
+        intercept = float(seconds[np.argmin(m["bytes"])])
+    return CostModel(alpha=float(intercept), beta=max(float(slope), 1e-15), gamma=_gamma())

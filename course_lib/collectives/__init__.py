@@ -19,7 +19,7 @@ Bruck all-to-all, reduce + bcast allreduce, recursive-halving reduce-scatter, li
 when this package is imported. ``ALGORITHMS`` lists both.
 
 Modules: barrier, broadcast (bcast/scatter/gather), allgather, alltoall, reduction
-(reduce, reduce_scatter, scan, exscan), allreduce, scatter_gather (the seeds' ScatterGather),
+(reduce, reduce_scatter, scan, exscan), allreduce, scatter_gather (the source notes' ScatterGather),
 shmem (shared-memory allreduce), sharp (in-network aggregation: an allreduce summed by a
 switch process, Graham et al. 2016), sync_batchnorm (SyncBatchNorm: batch statistics merged
 by an allreduce), message_rounds (who sends what to whom, round by round, and its drawings),
@@ -35,7 +35,7 @@ from ._p2p import CollectiveMismatch, chunk_bounds, chunk_sizes, fold_roles
 from .scatter_gather import classify as classify_scatter_gather
 from .scatter_gather import scatter_gather
 from .scatter_gather import (
-    scatter_gather as ScatterGather,  # the seeds' name: ScatterGather(comm, data, src, dst, unit, total)
+    scatter_gather as ScatterGather,  # the source notes' name: ScatterGather(comm, data, src, dst, unit, total)
 )
 
 # Every variant of this lesson is a row (function, time formula, rounds, exact traffic) that the
@@ -56,7 +56,7 @@ __all__ = ["CollectivesMixin", "CollectiveMismatch", "ALGORITHMS", "DEFAULTS", "
 
 
 def token_ring_barrier(comm):
-    """The seeds' token-ring barrier on a communicator (2p - 1 messages in a row)."""
+    """The source notes' token-ring barrier on a communicator (2p - 1 messages in a row)."""
     comm.barrier_with("token_ring")
 
 

@@ -5,10 +5,10 @@ work. Costs from Thakur, Rabenseifner & Gropp (2005), p a power of two:
 
 * ``reduce_bcast``: 2 lg p alpha + 2 lg p n beta + lg p n gamma;
 * ``recursive_doubling``: lg p (alpha + n beta + n gamma) (best for tiny messages);
-* ``ring`` = ring reduce-scatter + ring allgather (Patarasuk & Yuan 2009):
-  2(p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma, bandwidth-optimal;
-* ``rabenseifner`` = recursive halving + recursive doubling (Rabenseifner 2004):
-  2 lg p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma.
+* ``ring`` = ring reduce-scatter + ring allgather (Patarasuk & Yuan 2009): 2(p-1) steps,
+  bandwidth-optimal; its alpha-beta-gamma time is question ex02_4 (below);
+* ``rabenseifner`` = recursive-halving reduce-scatter + recursive-doubling allgather
+  (Rabenseifner 2004): the ring's bytes in 2 lg p steps.
 
 When p is not a power of two, recursive doubling and Rabenseifner first fold p down to the
 largest power of two p2 (the first 2(p - p2) ranks pair up) and unfold at the end.

@@ -2,8 +2,9 @@
 
 Tokens are empty arrays, so a barrier moves messages but zero payload bytes.
 
-* ``token_ring`` (the seeds' version): rank 0 passes a token around the ring; when it
-  comes back every rank has arrived; a second lap releases them.
+* ``token_ring`` (the version of the course's source notes, listed in the README): rank 0
+  passes a token around the ring; when it comes back every rank has arrived; a second lap
+  releases them.
   2p - 1 messages in sequence: time (2p - 1) alpha.
 * ``dissemination`` (Hensgen, Finkel & Manber 1988): in round k every rank signals
   rank + 2^k and waits for rank - 2^k; after ceil(lg p) rounds each rank has heard,

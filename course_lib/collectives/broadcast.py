@@ -4,7 +4,7 @@ Costs (Thakur, Rabenseifner & Gropp 2005), n = bytes of the whole message:
 
 * bcast ``flat``: the root sends to each rank in turn: (p-1)(alpha + n beta).
 * bcast ``binomial``: every rank that has the data sends it on, so the number of ranks
-  holding it doubles each round (the seeds' tree): ceil(lg p)(alpha + n beta).
+  holding it doubles each round (the tree of the source notes): ceil(lg p)(alpha + n beta).
 * bcast ``scatter_allgather`` (van de Geijn): binomial scatter of p chunks, then a ring
   allgather: (lg p + p - 1) alpha + 2 (p-1)/p n beta. Wins for long messages.
 * scatter / gather ``flat``: (p-1) alpha + (p-1)/p n beta;

@@ -1,4 +1,4 @@
-"""The seeds' ScatterGather(SrcIDRange, DstIDRange, UnitSize, TotalSize).
+"""ScatterGather(SrcIDRange, DstIDRange, UnitSize, TotalSize), the operation of the course's source notes (README).
 
 Every non-reducing collective is "some sources send pieces of a buffer of TotalSize
 elements to some destinations":

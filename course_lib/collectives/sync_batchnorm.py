@@ -2,11 +2,14 @@
 
 Batch norm normalizes each feature with the mean and variance of the *batch*. With
 data parallelism each worker sees only its shard of the batch, so its statistics are
-not the single-device ones (the seeds: "multi-GPU data parallelism is not equivalent
-to one GPU, mainly because of batch norm"), badly so when shards are not iid.
+not the single-device ones (the course's source notes, listed in the README: "multi-GPU
+data parallelism is not equivalent to one GPU, mainly because of batch norm"), badly so
+when shards are not iid.
 
 The fix reduces per-worker summaries. Each worker computes (count n, mean m, M2), with
-M2 = sum (x - m)^2, and two summaries merge exactly (Chan, Golub & LeVeque 1979)::
+M2 = sum (x - m)^2, and two summaries merge exactly by the pairwise update of Chan, Golub &
+LeVeque, "Updating formulae and a pairwise algorithm for computing sample variances"
+(Stanford report STAN-CS-79-773, 1979; COMPSTAT 1982)::
 
     n = na + nb,  d = mb - ma,  m = ma + d nb / n,  M2 = M2a + M2b + d^2 na nb / n
 
@@ -17,7 +20,9 @@ only runs along the contiguous axis), so a float32 running sum of 4096 values ne
 drifts by about 1e-2, a hundred float32 steps. The textbook shortcut var = E[x^2] - E[x]^2
 (reduce sums of x and x^2) needs one sum-allreduce but subtracts two large, nearly equal
 numbers: in float32 it loses every digit when the mean is large compared with the spread
-(see :func:`naive_stats`).
+(see :func:`naive_stats`; the rounding errors of both are analysed in Chan, Golub & LeVeque,
+"Algorithms for computing the sample variance: analysis and recommendations", The American
+Statistician, 1983).
 
 The backward pass needs two more sums over the whole batch. With
 ``xhat = (x - mean) / sigma`` and ``y = weight * xhat + bias``, for a loss L with

@@ -332,6 +332,39 @@ def test_collisions_counted_from_recorded_spans():
         collisions(run_hogwild(dense, n_workers=1, n_updates=10), dense)
 
 
+def test_time_overlap_counts_updates_that_ran_beside_another_whatever_they_touched():
+    from course_lib.async_ps import HogwildResult, SparseProblem, collisions, time_overlap
+
+    # worker 0 updates during [0, 1) and [2, 3), worker 1 during [0.5, 1.5) and [4, 5): one update of
+    # each overlaps one of the other's, the other two ran alone: half the updates overlapped
+    spans = [np.array([[0.0, 1.0], [2.0, 3.0]]), np.array([[0.5, 1.5], [4.0, 5.0]])]
+    samples = [np.array([0, 1]), np.array([2, 3])]
+
+    def run(idx):
+        problem = SparseProblem(idx=np.array(idx), val=np.ones((4, 1)), y=np.zeros(4), d=4, w_true=np.zeros(4))
+        result = HogwildResult(w=np.zeros(4), final_loss=0.0, wall_time=5.0, worker_times=[(0, 3), (0.5, 5)],
+                               cpu_share=[1.0, 1.0], n_updates=4, locked=False, n_workers=2, spans=spans,
+                               samples=samples)
+        return time_overlap(result), collisions(result, problem)
+
+    assert run([[0], [1], [2], [3]]) == (0.5, 0.0)      # overlapped in time, on different coordinates
+    assert run([[0], [1], [0], [3]]) == (0.5, 0.5)      # the overlapping pair shares coordinate 0: rho = 1 there
+    with pytest.raises(ValueError, match="timed_worker"):
+        time_overlap(HogwildResult(w=np.zeros(1), final_loss=0.0, wall_time=1.0, worker_times=[], cpu_share=[],
+                                   n_updates=0, locked=False, n_workers=1))
+
+
+def test_under_a_lock_no_update_overlaps_another_and_dense_collisions_equal_the_overlap():
+    from course_lib.async_ps import collisions, time_overlap, timed_worker
+
+    dense = make_sparse_problem(500, 30, 30, seed=0)
+    locked = run_hogwild(dense, n_workers=2, n_updates=2000, lr=0.3, lock=True, worker=timed_worker)
+    assert time_overlap(locked) == 0.0                  # the lock makes them take turns
+    free = run_hogwild(dense, n_workers=2, n_updates=2000, lr=0.3, worker=timed_worker)
+    # every two dense samples share all 30 coordinates: an update collides exactly when it overlaps
+    assert collisions(free, dense) == time_overlap(free)
+
+
 def test_shifted_shards_make_a_compromise():
     from course_lib.async_ps import optimal_loss, shards
 

@@ -19,7 +19,7 @@ from course_lib.reference.ex01 import full_gradient as gradient
 from .experiment import PSResult, train_async
 from .fedavg import FedAvgResult, fedavg, fedavg_serial, local_steps, train_fedavg
 from .hogwild import HogwildResult, SerialRun, hogwild_worker, locked_worker, on_private_copy, run_hogwild, run_serial
-from .hogwild_timing import collisions, time_hogwild_variants, timed_worker
+from .hogwild_timing import collisions, time_hogwild_variants, time_overlap, timed_worker
 from .parameter_server import POLICIES, Record, ServerState, apply_update, constant_lr, run_ps, staleness_aware_lr
 from .settings import AsyncSettings, FedAvgSettings, HogwildSettings
 from .sgd_problems import (
@@ -43,7 +43,7 @@ __all__ = [
     "PSResult", "train_async",
     "FedAvgResult", "fedavg", "fedavg_serial", "local_steps", "train_fedavg",
     "HogwildResult", "SerialRun", "collisions", "timed_worker", "hogwild_worker", "locked_worker", "run_hogwild",
-    "run_serial", "on_private_copy", "time_hogwild_variants",
+    "run_serial", "on_private_copy", "time_hogwild_variants", "time_overlap",
     "SparseProblem", "batch_gradient", "gradient", "loss", "make_least_squares", "make_sparse_problem", "optimal_loss",
     "sample_order", "serial_sgd", "serial_sparse_sgd", "shards", "sparse_loss", "sparsity_stats",
     "POLICIES", "Record", "ServerState", "apply_update", "constant_lr", "run_ps", "staleness_aware_lr",

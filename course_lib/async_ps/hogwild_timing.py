@@ -42,6 +42,41 @@ def timed_worker(w, idx, val, y, order, lr, lock=None):
     return {"n": len(order), "spans": spans}
 
 
+def _overlapping(spans_a, spans_b):
+    """For each span [read, written) of ``spans_a``, the range ``lo:hi`` of the spans of
+    ``spans_b`` that overlap it in time (``spans_b`` are disjoint and in order, so they form a range)."""
+    lo = np.searchsorted(spans_b[:, 1], spans_a[:, 0], side="right")
+    hi = np.searchsorted(spans_b[:, 0], spans_a[:, 1], side="left")
+    return lo, hi
+
+
+def _spans(result: HogwildResult):
+    if result.spans is None:
+        raise ValueError("run_hogwild(..., worker=timed_worker) records the spans this needs")
+    return result.spans
+
+
+def time_overlap(result: HogwildResult) -> float:
+    """Fraction of updates whose read-modify-write overlapped in time with an update of another
+    worker, whatever coordinates the two touched (needs a run with ``worker=timed_worker``).
+
+    It measures how much the workers really ran at the same moment: 0 when they took turns (a
+    lock, or one core shared), up to 1 when every update ran beside another. An update can
+    collide (:func:`collisions`) only if it overlaps, so ``collisions <= time_overlap``, with
+    equality when every two samples share a coordinate (rho = 1). With ``apart=True`` the
+    workers touch private copies, but they still ran at the same moment: the overlap counts."""
+    spans = _spans(result)
+    hit = 0
+    for a, spans_a in enumerate(spans):
+        overlaps = np.zeros(len(spans_a), bool)
+        for b, spans_b in enumerate(spans):
+            if a != b and len(spans_b):
+                lo, hi = _overlapping(spans_a, spans_b)
+                overlaps |= hi > lo
+        hit += int(overlaps.sum())
+    return hit / max(1, sum(len(s) for s in spans))
+
+
 def collisions(result: HogwildResult, problem: SparseProblem) -> float:
     """Fraction of updates whose read-modify-write overlapped in time with an update of
     another worker on a shared coordinate (needs a run with ``worker=timed_worker``).
@@ -49,19 +84,16 @@ def collisions(result: HogwildResult, problem: SparseProblem) -> float:
     Such an update may have read a coordinate that the other was about to change, or had its
     write overwritten: the lost or mixed updates that Hogwild!'s analysis bounds through rho.
     """
-    if result.spans is None:
-        raise ValueError("run_hogwild(..., worker=timed_worker) records the spans this needs")
+    spans = _spans(result)
     if result.apart:
         return 0.0  # private copies of w: no coordinate is shared
     hit = 0
-    for a, (spans_a, samples_a) in enumerate(zip(result.spans, result.samples)):
+    for a, (spans_a, samples_a) in enumerate(zip(spans, result.samples)):
         clash = np.zeros(len(spans_a), bool)
-        for b, (spans_b, samples_b) in enumerate(zip(result.spans, result.samples)):
+        for b, (spans_b, samples_b) in enumerate(zip(spans, result.samples)):
             if a == b or len(spans_b) == 0:
                 continue
-            # b's spans are disjoint and in order: the ones overlapping [start, end) form a range.
-            lo = np.searchsorted(spans_b[:, 1], spans_a[:, 0], side="right")
-            hi = np.searchsorted(spans_b[:, 0], spans_a[:, 1], side="left")
+            lo, hi = _overlapping(spans_a, spans_b)
             for k in np.flatnonzero(hi > lo):
                 if clash[k]:
                     continue
@@ -71,7 +103,7 @@ def collisions(result: HogwildResult, problem: SparseProblem) -> float:
                         clash[k] = True
                         break
         hit += int(clash.sum())
-    return hit / max(1, sum(len(s) for s in result.spans))
+    return hit / max(1, sum(len(s) for s in spans))
 
 
 VARIANTS = {"1 process": {"n_workers": 1}, "lock-free x2": {"n_workers": 2},

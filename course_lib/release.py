@@ -117,10 +117,27 @@ class RecordedLesson:
     cells: dict             # course_lib.replay.merge_recording's table
 
 
-def record_lesson(path: Path, timeout: int = 600) -> RecordedLesson:
-    """Execute the lesson notebook ``path`` headless (in its own folder, this checkout's library)
-    and record what each cell showed and changed."""
+def student_env(release: Path, exercises: Path, base: dict | None = None) -> dict:
+    """The environment of a kernel that runs a lesson of ``release`` as a student does: the
+    release's library first on the path, the exercise notebooks read from ``exercises``."""
     import os
+
+    from .standin import ENV as EXERCISES_ENV
+
+    env = dict(os.environ if base is None else base)
+    env.update({"PYTHONPATH": str(release), EXERCISES_ENV: str(exercises)})
+    return env
+
+
+def record_lesson(release: Path, number: str, solutions: Path = ROOT / "solutions",
+                  timeout: int = 600) -> RecordedLesson:
+    """Execute lesson ``number`` of ``release`` headless, in its own folder, as a student who
+    has solved every exercise runs it (the release's library, whose stand-ins run the answers of
+    the notebooks in ``solutions``), and record what each cell showed and changed.
+
+    The recording is made by the code students run: the release's library and the answers as
+    the solution notebooks write them (the same source as ``course_lib/reference``), so what a
+    release lesson replays is what that lesson computes once the exercises are solved."""
     import tempfile
 
     import nbformat
@@ -128,14 +145,17 @@ def record_lesson(path: Path, timeout: int = 600) -> RecordedLesson:
     from . import nbrun
     from .replay import RECORD_ENV, merge_recording
 
+    path = Path(release) / "notebooks" / BY_NUMBER[number].notebook
     nb = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory(prefix="course_record_") as folder:
         # the kernel inherits RECORD_ENV; lesson_status() and `import course_lib` read it
-        nbrun.execute(nb, path.parent, timeout=timeout, env=dict(os.environ, **{RECORD_ENV: folder}))
+        env = student_env(release, solutions)
+        env[RECORD_ENV] = folder
+        nbrun.execute(nb, path.parent, timeout=timeout, env=env)
         return RecordedLesson(nb, merge_recording(nb, Path(folder)))
 
 
-def _write_recordings(out: Path, recorded: dict) -> None:
+def write_recordings(out: Path, recorded: dict) -> None:
     """Executed lesson notebooks into ``out/notebooks`` and their recordings into the library."""
     import pickle
 
@@ -292,7 +312,7 @@ def build(out="release", root: Path = ROOT, archive: bool = True, record: bool =
     """Build the student release in ``out`` (and ``out.tar.gz`` next to it); returns ``out``.
 
     ``out`` must not exist, be empty, or hold an earlier release (which is replaced). With
-    ``record``, every lesson is first run with the reference answers (:func:`record_lesson`);
+    ``record``, every lesson is then run in the release with the solutions' answers (:func:`record_lesson`);
     ``recorded`` gives such runs instead (``{lesson number: RecordedLesson}``). Recorded lessons
     ship executed, with their figures, and teach before their exercises are solved
     (:mod:`course_lib.replay`); without a recording a cell that needs a missing answer stops."""
@@ -309,9 +329,6 @@ def build(out="release", root: Path = ROOT, archive: bool = True, record: bool =
     _copy_notebooks(root / "notebooks", out / "notebooks")
     _copy_notebooks(root / "exercises", out / "exercises")
     build_library(out, root / "course_lib")
-    if record and recorded is None:
-        recorded = {x.number: record_lesson(root / "notebooks" / x.notebook) for x in BY_NUMBER.values()}
-    _write_recordings(out, recorded or {})
     shutil.copytree(root / "examples", out / "examples", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "environment.yml", "START_HERE.ipynb"):
         shutil.copy2(root / name, out / name)
@@ -321,6 +338,9 @@ def build(out="release", root: Path = ROOT, archive: bool = True, record: bool =
                                     encoding="utf-8")
     (out / MARKER).write_text("A student release of the course, built by python -m course_lib.release.\n",
                               encoding="utf-8")
+    if record and recorded is None:   # the release is whole now: its lessons run as students run them
+        recorded = {number: record_lesson(out, number, root / "solutions") for number in BY_NUMBER}
+    write_recordings(out, recorded or {})
     if archive:
         tar = out.parent / f"{out.name}.tar.gz"
         with tarfile.open(tar, "w:gz") as t:

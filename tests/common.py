@@ -3,6 +3,7 @@ and each lesson notebook executed once per test process (``executed_notebook``).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pickle
 import re
@@ -98,6 +99,7 @@ class ExecutedNotebook:
     values: dict = field(repr=False)  # its top-level values after the last cell
     # per code cell, the outputs and values it changed (course_lib.replay), what the release replays
     recording: dict = field(default_factory=dict, repr=False)
+    student: "StudentReport | None" = None   # for a run in a student release (execute_as_student)
 
     @property
     def markdown(self) -> str:
@@ -143,30 +145,96 @@ def line(ran, start: str) -> str:
     return found[0]
 
 
-def execute_notebook(path: Path, start_method: str = "default") -> ExecutedNotebook:
-    """Execute ``path`` headless (nbclient, in its own folder), as a student would, under
-    ``start_method`` ("default" keeps the platform's); time its cells; read its values back."""
-    nb = nbformat.read(path, as_version=4)
+# In a release run, a cell before the dump reports what the kernel saw: which course_lib it
+# imported, which cells it replayed, and the state of each exercise the lesson runs on.
+_STUDENT_REPORT_CELL = """
+import json as _json, course_lib as _cl, course_lib.replay as _replay
+print("STUDENT-REPORT " + _json.dumps({"course_lib": _cl.__file__, "replayed": _replay.replayed_cells(),
+                                       "status": _replay.exercise_status(__LESSON__)}))
+"""
+REPORT_PREFIX = "STUDENT-REPORT "
+
+
+@dataclass
+class StudentReport:
+    """What a lesson's kernel saw in a release: the library it imported, the cells it replayed
+    (cell key, question id or None), each exercise's state, and the answers the stand-ins ran."""
+    library: str
+    replayed: list
+    status: dict
+    answers_used: set
+
+
+def _run(nb, cwd: Path, env: dict, *, allow_errors: bool = False, after: list[str] = ()):
+    """Execute ``nb`` with the ``after`` cells and the value dump appended, as the release's recording
+    run (RECORD_ENV); returns (seconds, load, values, recording, outputs of the ``after`` cells).
+    ``nb`` keeps its own cells, with their outputs."""
     n_cells = len(nb.cells)
     fd, dump = tempfile.mkstemp(suffix=".pkl", prefix="notebook_values_")
     os.close(fd)
+    nb.cells += [nbformat.v4.new_code_cell(source) for source in after]
     nb.cells.append(nbformat.v4.new_code_cell(_DUMP_CELL.replace("__DUMP_PATH__", repr(dump))))
-    env = dict(os.environ)
-    if start_method != "default":
-        env["COURSE_START_METHOD"] = start_method  # read by course_lib in the kernel
     with tempfile.TemporaryDirectory(prefix="course_record_") as record:
-        env[RECORD_ENV] = record       # the run is also the release's recording (tests/test_release_lessons.py)
+        env = dict(env, **{RECORD_ENV: record})   # the run is also the release's recording
         try:
             load_before = os.getloadavg()[0]
-            seconds = nbrun.execute(nb, path.parent, timeout=NOTEBOOK_TIMEOUT_S, env=env)
+            seconds = nbrun.execute(nb, cwd, timeout=NOTEBOOK_TIMEOUT_S, allow_errors=allow_errors, env=env)
             load = max(load_before, os.getloadavg()[0])
             with open(dump, "rb") as f:
                 values = pickle.load(f)
         finally:
             os.unlink(dump)
+        after_outputs = [c.outputs for c in nb.cells[n_cells:n_cells + len(after)]]
         nb.cells = nb.cells[:n_cells]
         recording = merge_recording(nb, Path(record))
+    return seconds, load, values, recording, after_outputs
+
+
+def _start_method_env(start_method: str, env: dict) -> dict:
+    if start_method != "default":
+        env["COURSE_START_METHOD"] = start_method  # read by course_lib in the kernel
+    return env
+
+
+def execute_notebook(path: Path, start_method: str = "default", cells: int | None = None) -> ExecutedNotebook:
+    """Execute ``path`` headless (nbclient, in its own folder) with this checkout's library, under
+    ``start_method`` ("default" keeps the platform's), only its first ``cells`` cells if given;
+    time its cells; read its values back."""
+    nb = nbformat.read(path, as_version=4)
+    nb.cells = nb.cells[:cells]
+    env = _start_method_env(start_method, dict(os.environ))
+    seconds, load, values, recording, _ = _run(nb, path.parent, env)
     return ExecutedNotebook(path, nb, seconds, load, values, recording)
+
+
+def execute_as_student(release: Path, lesson, exercises: Path, start_method: str = "default",
+                       allow_errors: bool = False) -> ExecutedNotebook:
+    """Execute lesson ``lesson`` of the student release ``release`` headless, as a student runs it:
+    in its own folder, with the release's library, whose stand-ins run the answers of the exercise
+    notebooks in ``exercises``. The run is also the lesson's recording (what ``make release`` ships:
+    course_lib.release.record_lesson runs the same way). ``.student`` says what the kernel saw."""
+    from course_lib.release import student_env
+    from course_lib.standin import LOG_ENV
+
+    path = Path(release) / "notebooks" / lesson.notebook
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:           # a release notebook may already hold a recorded run's outputs
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    with tempfile.TemporaryDirectory(prefix="course_answers_used_") as folder:
+        log = Path(folder) / "used.log"
+        env = _start_method_env(start_method, student_env(release, exercises, {**os.environ, LOG_ENV: str(log)}))
+        report_cell = _STUDENT_REPORT_CELL.replace("__LESSON__", repr(lesson.number))
+        seconds, load, values, recording, (outputs,) = _run(nb, path.parent, env, allow_errors=allow_errors,
+                                                            after=[report_cell])
+        used = set(log.read_text().split()) if log.exists() else set()
+    report = next(json.loads(text[len(REPORT_PREFIX):]) for o in outputs
+                  for text in o.get("text", "").splitlines() if text.startswith(REPORT_PREFIX))
+    assert report["course_lib"].startswith(str(release)), f"the lesson imported {report['course_lib']}"
+    ran = ExecutedNotebook(path, nb, seconds, load, values, recording)
+    ran.student = StudentReport(report["course_lib"], [tuple(r) for r in report["replayed"]], report["status"],
+                                used)
+    return ran
 
 
 _environment = nbrun.environment   # tests that start a kernel under another environment

@@ -18,17 +18,47 @@ collect_ignore = ["mpi4py_suite"]
 
 
 @pytest.fixture(scope="session")
-def executed_notebook():
+def student_release(tmp_path_factory):
+    """(a student release without recordings, a folder holding the solutions as a student's
+    exercises), built once per test process. The lessons run there (``executed_notebook``), and
+    each run's recording is written into it by the release tests (tests/test_release_lessons.py)."""
+    import shutil
+
+    from course_lib.release import build
+
+    from common import SOLUTIONS
+
+    root = build(tmp_path_factory.mktemp("release") / "course", archive=False)
+    solved = tmp_path_factory.mktemp("solved")
+    for path in SOLUTIONS.glob("*.ipynb"):     # a copy: the run must not see edits made meanwhile
+        shutil.copy(path, solved / path.name)
+    return root, solved
+
+
+@pytest.fixture(scope="session")
+def executed_notebook(student_release):
     """``executed_notebook(path, start_method="default")``: the notebook executed headless once
-    per test process, shared by every test that checks it. Tests of one notebook carry
+    per test process, shared by every test that checks it. A lesson notebook runs as a student
+    who has solved every exercise runs it: in the student release, its stand-ins running the
+    solutions' answers (``common.execute_as_student``), which is also the lesson's recording; any
+    other notebook runs with this checkout's library. Tests of one notebook carry
     ``pytest.mark.xdist_group(<notebook stem>)`` so that, under ``pytest -n``, one process runs
     them all and the notebook executes once."""
+    from course_lib import lessons
+
+    from common import NOTEBOOKS, execute_as_student
+
+    by_notebook = {lesson.notebook: lesson for lesson in lessons.LESSONS}
     runs: dict[tuple[Path, str], ExecutedNotebook] = {}
 
     def get(path: Path, start_method: str = "default") -> ExecutedNotebook:
         key = (Path(path), start_method)
         if key not in runs:
-            runs[key] = execute_notebook(*key)
+            if key[0].parent == NOTEBOOKS and key[0].name in by_notebook:
+                release, solved = student_release
+                runs[key] = execute_as_student(release, by_notebook[key[0].name], solved, start_method)
+            else:
+                runs[key] = execute_notebook(*key)
         return runs[key]
 
     return get

@@ -1,23 +1,21 @@
 """The student release teaches before its exercises are solved, and runs the student's code after.
 
-The release is built from this run's own executions of the lesson notebooks (``executed_notebook``
-records, per cell, the outputs and values that the release replays: ``course_lib/replay.py``).
-Then every release lesson is executed twice, as a student runs it, with the release's library
-(stand-ins in ``course_lib/reference``):
-
-* with the blank exercises the release ships: no cell ends in an error; every cell that needed a
-  missing answer shows its recorded result under a first line that says so and names the exercise
-  (or, for a knock-on, the replayed cell it builds on); the status cell lists the lesson's exercises
-  as not written; and the cells the kernel replayed are exactly the announced ones;
-* with the solutions pasted in as the exercises: no error, nothing replayed, and the exercise
-  answers the lesson ran (logged by the stand-ins) are exactly the manifest's ``uses``.
+Every lesson notebook runs in a student release (``executed_notebook``, tests/conftest.py) as a
+student who has solved every exercise runs it: the release's library, whose stand-ins
+(``course_lib/reference`` in the release) run the solutions' answers. That run is checked here
+(no error, nothing replayed, each exercise the lesson runs on "written", and the answers it ran,
+logged by the stand-ins, exactly the manifest's ``uses``), and it is the lesson's recording, as in
+``make release`` (course_lib.release.record_lesson runs the same way). Then the release lesson is
+executed again, with the blank exercises the release ships: no cell ends in an error; every cell
+that needed a missing answer shows its recorded result under a first line that says so and names
+the exercise (or, for a knock-on, the replayed cell it builds on); the status cell lists the
+lesson's exercises as not written; and the cells the kernel replayed are exactly the announced ones.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 
@@ -25,9 +23,8 @@ import nbformat
 import pytest
 
 from course_lib import lessons, nbrun
-from course_lib.release import RecordedLesson, build
-from course_lib.replay import BANNER
-from course_lib.standin import ENV as EXERCISES_ENV
+from course_lib.release import RecordedLesson, build, student_env, write_recordings
+from course_lib.replay import BANNER, RECORD_ENV
 from course_lib.standin import LOG_ENV
 
 from common import NOTEBOOKS, SOLUTIONS
@@ -44,24 +41,21 @@ print("REPLAY-REPORT " + _json.dumps({"course_lib": _cl.__file__, "replayed": _r
 
 
 @pytest.fixture(scope="session")
-def release_of(executed_notebook, tmp_path_factory):
-    """``release_of(lesson)``: (a student release with that lesson recorded from this test process's
-    own execution of it, a folder holding the solutions as a student's exercises). One release per
-    lesson, so that the lesson's release tests share the process (the xdist group) that executed it,
-    and no lesson runs twice for them."""
-    built = {}
-    solved = tmp_path_factory.mktemp("solved")
-    for path in SOLUTIONS.glob("*.ipynb"):
-        shutil.copy(path, solved / path.name)
+def release_of(executed_notebook, student_release):
+    """``release_of(lesson)``: the student release this test process ran ``lesson`` in, with that
+    run written into it as the lesson's recording (what ``make release`` ships), and the folder of
+    the solutions as a student's exercises. The lesson's release tests share its xdist group, so the
+    lesson runs once for all of them."""
+    root, solved = student_release
+    written = set()
 
     def get(lesson):
-        if lesson.number not in built:
-            ran = executed_notebook(NOTEBOOKS / lesson.notebook)
-            assert not ran.errors, f"{lesson.notebook} fails in the checkout: {ran.errors}"
-            out = tmp_path_factory.mktemp(f"release_{lesson.number}") / "course"
-            build(out, archive=False, recorded={lesson.number: RecordedLesson(ran.notebook, ran.recording)})
-            built[lesson.number] = out
-        return built[lesson.number], solved
+        ran = executed_notebook(NOTEBOOKS / lesson.notebook)
+        assert not ran.errors, f"{lesson.notebook} fails in the release with the solutions: {ran.errors}"
+        if lesson.number not in written:
+            write_recordings(root, {lesson.number: RecordedLesson(ran.notebook, ran.recording)})
+            written.add(lesson.number)
+        return root, solved
     return get
 
 
@@ -73,16 +67,15 @@ def _per_lesson(lessons_=None):
 
 def run_release_lesson(root: Path, lesson, exercises: Path, log: Path):
     """Execute a release lesson as a student does (its own folder, the release's library, the
-    exercise notebooks in ``exercises``); returns (the executed notebook, the kernel's report)."""
+    exercise notebooks in ``exercises``), not recording; returns (the executed notebook, the kernel's report)."""
     path = root / "notebooks" / lesson.notebook
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = []
     nb.cells.append(nbformat.v4.new_code_cell(_REPORT_CELL))
-    env = dict(os.environ, PYTHONPATH=str(root), MPLBACKEND="Agg", **{EXERCISES_ENV: str(exercises),
-                                                                         LOG_ENV: str(log)})
-    env.pop("COURSE_RECORD_DIR", None)
+    env = student_env(root, exercises, {**os.environ, "MPLBACKEND": "Agg", LOG_ENV: str(log)})
+    env.pop(RECORD_ENV, None)
     nbrun.execute(nb, path.parent, timeout=240, allow_errors=True, env=env)
     report = next(json.loads(line.split(" ", 1)[1]) for o in nb.cells[-1].outputs
                   for line in o.get("text", "").splitlines() if line.startswith("REPLAY-REPORT "))
@@ -136,17 +129,14 @@ def test_release_lesson_teaches_with_blank_exercises(release_of, lesson, tmp_pat
 
 
 @pytest.mark.parametrize("lesson", _per_lesson())
-def test_release_lesson_runs_the_students_answers(release_of, lesson, tmp_path):
-    root, solved = release_of(lesson)
-    log = tmp_path / "used.log"
-    t0 = time.perf_counter()
-    nb, report = run_release_lesson(root, lesson, solved, log)
-    print(f"{lesson.notebook}, solutions as exercises: {time.perf_counter() - t0:.1f} s")
-    assert not _errors(nb), f"{lesson.notebook} with the solutions as exercises: {_errors(nb)}"
-    assert not _banners(nb) and not report["replayed"], report["replayed"]
-    used = set(log.read_text().split()) if log.exists() else set()
-    assert used == set(lesson.uses), f"the lesson ran the answers to {sorted(used)}; the manifest says {lesson.uses}"
-    assert _status_lines(nb, lesson) == {q: "written" for q in lesson.uses}
+def test_release_lesson_runs_the_students_answers(executed_notebook, lesson):
+    ran = executed_notebook(NOTEBOOKS / lesson.notebook)
+    assert ran.student is not None, "the lesson did not run in a student release"
+    assert not ran.errors, f"{lesson.notebook} with the solutions as exercises: {ran.errors}"
+    assert not ran.student.replayed, ran.student.replayed
+    assert ran.student.answers_used == set(lesson.uses), (
+        f"the lesson ran the answers to {sorted(ran.student.answers_used)}; the manifest says {lesson.uses}")
+    assert ran.student.status == {q: "written" for q in lesson.uses}, ran.student.status
 
 
 @pytest.mark.parametrize("lesson", _per_lesson())

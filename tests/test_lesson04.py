@@ -32,3 +32,27 @@ def test_the_emulated_figure_says_emulated(ran):
     """The figure's title says the network is emulated (the figure is saved as lesson04_emulated_network.png)."""
     source = "\n".join(c.source for c in ran.notebook.cells if c.cell_type == "code")
     assert 'fig.suptitle(f"Emulated network' in source and 'show(fig, "emulated_network")' in source
+
+
+def _sources(kind):
+    import nbformat
+
+    return "\n".join(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == kind)
+
+
+def test_the_source_notes_are_named_not_seeds():
+    text = _sources("markdown")
+    assert "the seeds" not in text.lower() and "Seed 003" not in text and "The seed (003)" not in text
+    assert "The course's source notes\n([README](../README.md#source-notes))" in text
+
+
+def test_the_figures_are_drawn_to_be_read():
+    """04_6: the average model in a panel of its own (its ratio to the server), not dashed under the server's
+    curve; 04_7: a run with emulated compute, labelled so, over whole iterations; 04_9: a log axis with
+    labels between the decades; the widget says when a torus is not one."""
+    code = _sources("code")
+    assert 'axes[1].plot(it, average_over_server[name]' in code and 'ls="--", lw=1.8, zorder=3)' not in code
+    assert "compute_seconds=EMULATED_GRADIENT" in code and "(emulated compute:" in code
+    assert "ax.set_xlim(first - margin, last + margin)" in code
+    assert "mticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0" in code
+    assert "gs.torus_note(n)" in code

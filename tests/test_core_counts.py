@@ -19,12 +19,14 @@ Three parts:
 """
 from __future__ import annotations
 
+import ast
 import re
 
 import nbformat
 import pytest
 
 from course_lib import probe
+from course_lib.replay import changed_names, python_only
 
 from common import EXERCISES, NOTEBOOKS, REPO, SOLUTIONS, execute_notebook, line
 
@@ -171,39 +173,71 @@ def _check_08(ran, cores):
 CHECKS = {"00_cluster_in_your_laptop": _check_00, "01_mapreduce_gd": _check_01, "07_beyond_one_machine": _check_07,
           "08_data_parallelism_in_practice": _check_08}
 # What reads the core count in a lesson's code (the OS itself is grepped for above).
-READS_CORES = re.compile(r"usable_cores|measured_parallelism|logical_cores|CORES_VARIABLE|COURSE_USABLE_CORES")
-# Lessons run here only up to their last code cell that reads the core count.
-PREFIX_ONLY = {"08_data_parallelism_in_practice"}
+READS_CORES = re.compile(r"usable_cores|measured_parallelism|effective_parallelism|probe\.describe|logical_cores|"
+                         r"CORES_VARIABLE|COURSE_USABLE_CORES")
 
 
-def _cells_reading_the_cores(path):
-    nb = nbformat.read(path, as_version=4)
-    return nb, [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and READS_CORES.search(c.source)]
+def _incoming_and_bound(source: str) -> tuple[set, set]:
+    """(the names a cell reads from the namespace, the names it binds or changes there). A name
+    the cell itself assigns (or a function of it takes as a parameter) is not read from the
+    namespace; a function defined in the cell reads what its body loads."""
+    try:
+        tree = ast.parse(python_only(source))
+    except SyntaxError:
+        return set(), set()
+    loads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    assigned |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return loads - assigned, changed_names(source) | defined
+
+
+def cells_the_core_count_reaches(nb) -> list[int]:
+    """The code cells whose results can depend on the core count, in order: those that read it
+    (READS_CORES), then every later cell that reads a name one of them bound or changed."""
+    reached, tainted = [], set()
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        reads, binds = _incoming_and_bound(cell.source)
+        if READS_CORES.search(cell.source) or reads & tainted:
+            reached.append(i)
+            tainted |= binds
+    return reached
 
 
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.stem)
 def test_the_lessons_left_out_do_not_read_the_core_count(path):
-    """Why lessons 02-06 are not run below, and why lesson 08 runs only its first cells: no code
-    cell of theirs (or none after the prefix) reads the core count."""
-    nb, reads = _cells_reading_the_cores(path)
-    if path.stem in PREFIX_ONLY:
-        # one cell, among the first (the prefix run below stays a few seconds)
-        assert len(reads) == 1 and reads[0] < 5, f"{path.stem} reads the core count in cells {reads}: run it whole"
-    elif path.stem not in CHECKS:
+    """Why lessons 02-06 are not run below: no code cell of theirs reads the core count."""
+    nb = nbformat.read(path, as_version=4)
+    reads = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and READS_CORES.search(c.source)]
+    if path.stem not in CHECKS:
         assert not reads, f"{path.stem} reads the core count in cells {reads}: add it to CHECKS"
+
+
+def test_the_cells_the_core_count_reaches_follow_the_names_it_binds():
+    cell = nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        cell("import numpy as np"),
+        cell("cores = probe.usable_cores()\nsizes = [2 * cores]"),
+        cell("fig, ax = plt.subplots()\nax.plot([1, 2])"),          # binds its own ax: not reached
+        cell("def sweep():\n    return [s + 1 for s in sizes]"),  # a function reading `sizes`
+        cell("table = sweep()"),                                    # reached through the function
+        cell("print(len(table))"),
+        cell("x = 3\nprint(x)"),
+    ])
+    assert cells_the_core_count_reaches(nb) == [1, 3, 4, 5]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cores", CORE_COUNTS)
 @pytest.mark.parametrize("stem", list(CHECKS))
-def test_the_lesson_runs_and_says_what_it_measured_at_any_core_count(stem, cores, monkeypatch, tmp_path):
+def test_the_lesson_runs_and_says_what_it_measured_at_any_core_count(stem, cores, monkeypatch):
+    """Each lesson runs up to the last cell the core count can reach (cells_the_core_count_reaches):
+    what comes after cannot change with it, and runs in every other test of the lesson."""
     monkeypatch.setenv(probe.CORES_VARIABLE, str(cores))     # the kernel inherits os.environ
     path = NOTEBOOKS / f"{stem}.ipynb"
-    if stem in PREFIX_ONLY:
-        nb, reads = _cells_reading_the_cores(path)
-        nb.cells = nb.cells[:reads[-1] + 1]
-        path = tmp_path / path.name
-        nbformat.write(nb, path)
-    ran = execute_notebook(path)
+    reached = cells_the_core_count_reaches(nbformat.read(path, as_version=4))
+    ran = execute_notebook(path, cells=reached[-1] + 1)
     assert not ran.errors, f"{stem} at {probe.CORES_VARIABLE}={cores}: {ran.errors}"
     CHECKS[stem](ran, cores)

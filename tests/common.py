@@ -26,6 +26,10 @@ FIXTURES = REPO / "tests" / "fixtures"
 HAVE_MPI = mpiexec_path() is not None and importlib.util.find_spec("mpi4py") is not None
 needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py or mpiexec is not installed (pip install '.[mpi]')")
 
+# `make test LESSON=04` (COURSE_TEST_LESSONS=04; a list like 00,01 works too): the files that build
+# their work per lesson (the grader's batch, the questions graded alone, the checks) build only these.
+TEST_LESSONS = [s.strip() for s in os.environ.get("COURSE_TEST_LESSONS", "").split(",") if s.strip()]
+
 NOTEBOOK_BUDGET_S = 60   # the course's promise: each notebook executes headless within this on 2 cores
 # The tests run the notebooks while other tests load the same cores, so they allow 1.5x, and more
 # when the run itself measured a heavier load (see loaded_budget); the promise itself is measured

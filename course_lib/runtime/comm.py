@@ -357,9 +357,11 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         # the clock is read only when a trace or the emulated network needs it
         start = _now() if tracer.enabled or not self._instant else 0.0
         busy_until: list = []
+        blocked = [] if tracer.enabled else None  # spells the write waited for dest to read
         try:
             payload, header = wire.send(conn, self._run_id, context, tag, obj,
-                                        None if self._instant else self._stamp(dest, start, busy_until), sync_id)
+                                        None if self._instant else self._stamp(dest, start, busy_until), sync_id,
+                                        blocked)
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError) as exc:
             self._mark_dead(dest)
             raise PeerLost(dest, "send") from exc
@@ -369,7 +371,26 @@ class Comm(PointToPoint, CollectivesMixin, GroupMethods):
         self._sent_msgs[dest] += 1
         self._sent_header[dest] += header
         if tracer.enabled:
-            tracer.add("send", start, _now(), "", dest, payload)
+            self._trace_send(start, _now(), dest, payload, blocked)
+
+    def _trace_send(self, start: float, end: float, dest: int, payload: int, blocked: list) -> None:
+        """Trace one message's write: "send" while bytes move (or the emulated link transmits),
+        "wait" (label "receiver") while the write was blocked because ``dest`` did not read.
+
+        Without a blocked spell (the usual case) that is one "send" event. Otherwise the
+        spells become "wait" events and the time around them "send" events, the first of
+        which carries the payload's bytes (the others 0): the events never overlap.
+        """
+        tracer = self._tracer
+        cursor, first = start, True
+        for b_start, b_end in blocked:
+            if b_start > cursor:
+                tracer.add("send", cursor, b_start, "", dest, payload if first else 0)
+                first = False
+            tracer.add("wait", b_start, b_end, "receiver", dest)
+            cursor = b_end
+        if first or end > cursor:
+            tracer.add("send", cursor, max(end, cursor), "", dest, payload if first else 0)
 
     def _isend(self, obj, dest: int, tag: int, context: int, sync_id: int | None = None) -> QueuedSend:
         """Queue a message for ``dest``'s sender thread and return at once (nonblocking.py)."""

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import struct
 import sys
 import time
@@ -60,6 +61,13 @@ _BIG = 0x7fffffff
 _BIG_MARK = _LEN.pack(-1)
 _IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
 _SMALL_FRAME = 1 << 16  # larger frames are read into one preallocated buffer
+#: A traced send larger than this is written in chunks of this size, each after a check that
+#: the socket has room (a Unix socket polls writable while less than a quarter of its send
+#: buffer, about 200 KiB on Linux, is unread): time blocked on a receiver that does not read
+#: is then seen in the poll, not hidden inside one long write.
+WATCH_CHUNK = 1 << 16
+#: Blocked spells closer together than this are one (the chunk between them copied in less).
+_BLOCKED_MERGE_S = 50e-6
 
 # The descriptor-level path needs POSIX read/write semantics on the Connection's handle.
 _FD_CONNECTION = Connection if sys.platform != "win32" else None
@@ -137,10 +145,18 @@ def _dtype_meta(dtype: np.dtype):
 
 
 # -- frames on a file descriptor ---------------------------------------------------------
-def _write_frames(fd: int, first: bytes, frames) -> None:
-    """Write frame ``first`` (small, bytes) then ``frames`` (buffers): one syscall unless interrupted."""
+def _write_frames(fd: int, first: bytes, frames, blocked: list | None = None) -> None:
+    """Write frame ``first`` (small, bytes) then ``frames`` (buffers): one syscall unless interrupted.
+
+    ``blocked``, when given (a traced send), receives the ``(start, end)`` perf_counter spells
+    the write spent blocked because the receiver had not read what was already sent; a message
+    larger than :data:`WATCH_CHUNK` is then written chunk by chunk to see them.
+    """
     if not frames:
         data = _frame_len(len(first)) + first
+        if blocked is not None and len(data) > WATCH_CHUNK:
+            _write_watched(fd, [data], blocked)
+            return
         n = os.write(fd, data)
         if n < len(data):
             _write_all(fd, [memoryview(data)[n:]])
@@ -149,7 +165,10 @@ def _write_frames(fd: int, first: bytes, frames) -> None:
     for f in frames:
         parts.append(_frame_len(f.nbytes))
         parts.append(f)
-    _write_all(fd, parts)
+    if blocked is not None and sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts) > WATCH_CHUNK:
+        _write_watched(fd, parts, blocked)
+    else:
+        _write_all(fd, parts)
 
 
 def _write_all(fd: int, parts: list) -> None:
@@ -166,6 +185,43 @@ def _write_all(fd: int, parts: list) -> None:
             else:
                 parts[i] = memoryview(p)[n:]
                 break
+
+
+def _write_watched(fd: int, parts: list, blocked: list) -> None:
+    """``_write_all`` in chunks of at most :data:`WATCH_CHUNK` bytes, each written once the socket
+    polls writable; every wait for that is appended to ``blocked`` as ``(start, end)``.
+
+    A closed peer makes the poll return at once and the write raise, as an unwatched write would.
+    """
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    views = [memoryview(p).cast("B") for p in parts]
+    i = 0
+    while i < len(views):
+        if not poller.poll(0):  # no room: the receiver has not read what was sent before
+            start = time.perf_counter()
+            poller.poll()
+            end = time.perf_counter()
+            if blocked and start - blocked[-1][1] < _BLOCKED_MERGE_S:
+                blocked[-1] = (blocked[-1][0], end)
+            else:
+                blocked.append((start, end))
+        batch, room = [], WATCH_CHUNK
+        for v in views[i:i + _IOV_MAX]:
+            batch.append(v[:room])
+            room -= len(batch[-1])
+            if room <= 0:
+                break
+        n = os.writev(fd, batch)
+        while n and i < len(views):  # skip what was written; resume mid-buffer
+            if n >= len(views[i]):
+                n -= len(views[i])
+                i += 1
+            else:
+                views[i] = views[i][n:]
+                n = 0
+        while i < len(views) and len(views[i]) == 0:  # empty frames (none are sent, but be safe)
+            i += 1
 
 
 def _read_exact(fd: int, n: int, first: bool = False) -> bytes:
@@ -230,21 +286,24 @@ def _recv_frame_into(conn, view: memoryview) -> None:
 
 
 # -- messages -------------------------------------------------------------------------------
-def _put(conn, header: bytes, frames) -> None:
+def _put(conn, header: bytes, frames, blocked: list | None = None) -> None:
     if type(conn) is _FD_CONNECTION:
-        _write_frames(conn.fileno(), header, frames)
+        _write_frames(conn.fileno(), header, frames, blocked)
     else:
         conn.send_bytes(header)
         for f in frames:
             conn.send_bytes(f)
 
 
-def send(conn, run_id: int, context: int, tag: int, obj, stamp=None, sync_id=None) -> tuple[int, int]:
+def send(conn, run_id: int, context: int, tag: int, obj, stamp=None, sync_id=None,
+         blocked: list | None = None) -> tuple[int, int]:
     """Send ``obj`` on ``conn``; return (payload_bytes, header_bytes).
 
     ``stamp(payload_bytes)``, when given, returns the time at which the (emulated)
     network delivers the message; it travels in the header. ``sync_id`` marks a
-    synchronous send (the receiver acknowledges it once matched).
+    synchronous send (the receiver acknowledges it once matched). ``blocked``, when
+    given, collects the ``(start, end)`` spells the write waited for the receiver to
+    read (see :func:`_write_frames`; a link that is not a POSIX Connection reports none).
     Raises ValueError, with nothing written, if the header cannot hold the message.
     """
     if type(obj) is np.ndarray and not obj.dtype.hasobject:
@@ -253,7 +312,7 @@ def send(conn, run_id: int, context: int, tag: int, obj, stamp=None, sync_id=Non
         ready_at = stamp(arr.nbytes) if stamp else 0.0
         meta = pickle.dumps((_dtype_meta(arr.dtype), arr.shape), protocol=5)
         header = _prefix(ARRAY, run_id, context, tag, ready_at, 0, sync_id) + meta
-        _put(conn, header, (_bytes_view(arr),) if arr.nbytes else ())
+        _put(conn, header, (_bytes_view(arr),) if arr.nbytes else (), blocked)
         return arr.nbytes, len(header)
     buffers: list[pickle.PickleBuffer] = []
     try:  # inlined dumps(): every small message would pay for the call
@@ -270,7 +329,7 @@ def send(conn, run_id: int, context: int, tag: int, obj, stamp=None, sync_id=Non
                 _prefix(OBJECT, run_id, context, tag, ready_at, 0, sync_id)
         except struct.error:  # raised before anything is written
             prefix = _prefix(OBJECT, run_id, context, tag, ready_at, 0, sync_id)  # raises a ValueError that says why
-        _put(conn, prefix + body, ())
+        _put(conn, prefix + body, (), blocked)
         return len(body), len(prefix)
     raws = [b.raw() for b in buffers]
     for r in raws:
@@ -279,7 +338,7 @@ def send(conn, run_id: int, context: int, tag: int, obj, stamp=None, sync_id=Non
     ready_at = stamp(payload) if stamp else 0.0
     prefix = _prefix(OBJECT, run_id, context, tag, ready_at, len(raws), sync_id)
     prefix += b"".join(_SIZE.pack(r.nbytes) for r in raws)
-    _put(conn, prefix + body, [r for r in raws if r.nbytes])
+    _put(conn, prefix + body, [r for r in raws if r.nbytes], blocked)
     return payload, len(prefix)
 
 

@@ -58,10 +58,11 @@ LESSONS = (
            summary=(
                'the gradient as a sum over samples; server/worker MapReduce GD on shared-memory shards equals '
                'single-process GD; words per iteration against the formula (sum / mean / collect); speedup '
-               'against the ideal and T(p) = T_compute/p + comm + sync under the ceiling min(p, cores) and '
+               'against the ideal and T(p) = T_compute/p + comm + sync under a ceiling from the effective cores and '
                'emulated latency; incast at the server on an emulated network (collect flat in p, sum unharmed); '
                "a straggler in the timeline; a killed worker's map re-executed in its new rank's row; a killed "
-               'server resumed from a checkpoint')),
+               'server resumed from a checkpoint; minibatch SGD on the same workers (same words per iteration, '
+               'gradient noise (N - B)/(N - 1) sigma^2/B measured, a noise floor above the optimum)')),
     Lesson("02", "collectives", 'Collective communication, costed',
            time='60 / 60 min', package='collectives',
            questions=('ex02_1', 'ex02_2', 'ex02_3', 'ex02_4', 'ex02_5'),
@@ -73,8 +74,8 @@ LESSONS = (
                'ring / Rabenseifner) in a widget; bytes and messages equal the formulas exactly; alpha, beta, '
                'gamma measured and the Thakur et al. (2005) model drawn over timings; the tree/ring crossover; '
                'float16 on the wire halves the bytes; shared-memory allreduce; misuse caught with a named error; '
-               "groups (Split) and the seeds' ScatterGather; SyncBatchNorm by merging (count, mean, M2), and why "
-               'E[x^2]-E[x]^2 fails in float32; in-network aggregation (SHARP): a switch process adds, n bytes '
+               "groups (Split) and the source notes' ScatterGather; SyncBatchNorm by merging (count, mean, M2), "
+               'and why E[x^2]-E[x]^2 fails in float32; in-network aggregation (SHARP): a switch process adds, n bytes '
                'each way per host link in 2 latency steps, against ring and trees')),
     Lesson("03", "async_parameter_server", 'The asynchronous parameter server, staleness, and Hogwild!',
            time='45 / 40 min', package='async_ps',
@@ -83,8 +84,8 @@ LESSONS = (
            tests=('test_async_ps.py',),
            summary=(
                "an asynchronous parameter server on real processes: the staleness of every gradient against wall "
-               "time, the seeds' two fast workers and a slow one (histogram, gradients many versions late, loss "
-               'jumps), sync vs '
+               "time, the source notes' two fast workers and a slow one (histogram, gradients many versions late, "
+               'loss jumps), sync vs '
                'async against updates and wall time, remedies side by side (staleness-aware step, dropping, '
                'backup workers with the wait mu (H_{N+b} - H_b)), a worker killed mid-run; Hogwild! lock-free vs '
                'locked vs serial vs two processes that share nothing (timed in turns), with Omega / Delta / rho '
@@ -101,8 +102,8 @@ LESSONS = (
                'only along edges (error under r^t, equal to the matrix iteration), spectral gap against n (ring, '
                'torus, hypercube, expander), a disconnected graph that never agrees, randomized pairwise gossip, '
                "D-PSGD against a sync and an async server with bytes at the busiest node, on an emulated slow "
-               "network D-PSGD's iteration against the server's with the alpha-beta model beside each, the seeds' "
-               'closing table measured')),
+               "network D-PSGD's iteration against the server's with the alpha-beta model beside each, the "
+               'closing table of source note 003 measured')),
     Lesson("05", "parameter_server_internals", 'Inside the parameter server',
            time='45 / 40 min', package='ps',
            questions=('ex05_1', 'ex05_2', 'ex05_3', 'ex05_4', 'ex05_5', 'ex05_6'),

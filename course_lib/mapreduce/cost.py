@@ -6,7 +6,7 @@ Words (8-byte floats) per iteration with M workers, P = w.size parameters, N sam
     up, reduce = sum or mean:      M * (P + 1)      (P gradient numbers + 1 loss number each)
     up, reduce = collect:          N * (P + 1)      (every per-sample gradient and loss)
 
-Time per iteration on p workers, the seeds' model T(p) = T_compute / p + communication + sync,
+Time per iteration on p workers, the source notes' model T(p) = T_compute / p + communication + sync,
 with each message costing latency + bytes / bandwidth on the sender's link and on the
 receiver's (lesson 00's emulated network). The server's one link sends p copies of w
 (d = 8P bytes each) one after the other and receives the p answers (u bytes each) one after

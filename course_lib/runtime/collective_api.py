@@ -352,7 +352,7 @@ class CollectivesMixin:
 
     # -- lesson extensions: ScatterGather (lesson 02), shared memory (lesson 07) ----------------
     def scatter_gather(self, data, src, dst, unit_size, total_size):
-        """The seeds' ScatterGather (lesson 02): registered as the 'scatter_gather' extension."""
+        """ScatterGather of source note 002 (lesson 02): registered as the 'scatter_gather' extension."""
         return extension("scatter_gather")(self, data, src, dst, unit_size, total_size)
 
     def allreduce_shm(self, x, op=SUM, workspace=None, *, sync="auto"):

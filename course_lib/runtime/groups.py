@@ -8,7 +8,7 @@ ranks under the hood).
 ``comm.Split(color, key)`` (collective over comm): ranks with the same color form one
 sub-communicator, ordered by (key, old rank); color ``None`` or ``UNDEFINED`` gets
 ``None`` back (mpi4py's COMM_NULL). ``Group.Union/Intersection/Difference`` combine
-groups as the seeds describe, and ``comm.Create_group(group)`` (collective over the
+groups as the source notes describe (source note 002), and ``comm.Create_group(group)`` (collective over the
 group only) makes its communicator. ``comm.Dup()`` (collective, no messages) gives
 the same group a new context: its messages never match the original's.
 

@@ -1,7 +1,7 @@
 """An emulated network, so a laptop can show what a cluster network does.
 
 Each message of n bytes from i to j, sent at time s over a link of latency L and
-bandwidth B (``links[(i, j)]`` or the defaults), costs the seeds' formula
+bandwidth B (``links[(i, j)]`` or the defaults), costs the source notes' formula
 *communication time = complexity / bandwidth + latency*, on both ends of the wire:
 
 * **the sender's uplink** is busy for the transmission time n / B (the sender's ``send``

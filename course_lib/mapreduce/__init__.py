@@ -13,7 +13,18 @@ from .blas import blas_env, os_threads, pin_blas
 from .cost import SpeedupModel, bytes_per_iteration, fit_latency_bandwidth, server_link_time, words_per_iteration
 from .gd import GDResult, mapreduce_gd
 from .losses import LeastSquares, Logistic, Problem, get_problem, make_least_squares, make_logistic
-from .serial import REDUCES, default_lr, gd_serial, gd_update, initial_w, map_shard, reduce_results, shard_ranges
+from .serial import (
+    REDUCES,
+    default_lr,
+    gd_serial,
+    gd_update,
+    initial_w,
+    map_shard,
+    minibatch,
+    reduce_results,
+    sgd_serial,
+    shard_ranges,
+)
 from .settings import MapReduceSettings
 
 __all__ = [
@@ -21,6 +32,6 @@ __all__ = [
     "SpeedupModel", "bytes_per_iteration", "fit_latency_bandwidth", "server_link_time", "words_per_iteration",
     "GDResult", "MapReduceSettings", "mapreduce_gd",
     "LeastSquares", "Logistic", "Problem", "get_problem", "make_least_squares", "make_logistic",
-    "REDUCES", "default_lr", "gd_serial", "gd_update", "initial_w", "map_shard", "reduce_results",
-    "shard_ranges",
+    "REDUCES", "default_lr", "gd_serial", "gd_update", "initial_w", "map_shard", "minibatch", "reduce_results",
+    "sgd_serial", "shard_ranges",
 ]

@@ -18,6 +18,10 @@ seconds after the broadcast (the master's timeouts in the MapReduce paper).
 Every setting of a run is a field of :class:`MapReduceSettings`, passed whole from
 :func:`mapreduce_gd` to the server and the workers.
 
+Minibatch SGD: with ``batch_size=B`` each iteration maps only B rows, drawn by
+``serial.minibatch(N, B, t, batch_seed)`` on every rank alike; worker m maps the drawn rows of
+its shard, the server divides by B. The messages are those of the full batch.
+
 Checkpoints: with ``checkpoint_dir`` and ``checkpoint_every=k`` the server saves
 (w, iteration, losses) every k iterations; ``resume=True`` restarts from the last one.
 """
@@ -32,7 +36,16 @@ from course_lib import validate
 
 from . import checkpoint as ckpt
 from .losses import Problem, get_problem
-from .serial import default_lr, initial_w, map_shard, reduce_and_update, shard_ranges
+from .serial import (
+    batch_counts,
+    default_lr,
+    initial_w,
+    map_shard,
+    minibatch,
+    reduce_and_update,
+    shard_batch,
+    shard_ranges,
+)
 from .settings import MapReduceSettings
 
 TAG_W, TAG_G, TAG_RE, TAG_RG, TAG_STOP = 1, 2, 3, 4, 5
@@ -140,6 +153,10 @@ def _prepare(problem: Problem, X, y, w0, settings: MapReduceSettings) -> _Job:
     lr = default_lr(problem, Xa) if settings.lr is None else settings.lr
     w = initial_w(ya, Xa.shape[1]) if w0 is None else np.array(w0, dtype=np.float64)
     meta = {"problem": problem.name, "reduce": settings.reduce, "lr": lr, "shape": tuple(Xa.shape)}
+    if settings.batch_size is not None:
+        if settings.batch_size > len(Xa):
+            raise ValueError(f"batch_size {settings.batch_size} is more than the {len(Xa)} rows")
+        meta.update(batch_size=settings.batch_size, batch_seed=settings.batch_seed)
     start, prefix = 0, np.empty(0)
     if settings.resume:
         found = ckpt.load(settings.checkpoint_dir)
@@ -195,7 +212,10 @@ def _server(comm, n, job: _Job):
             except (PeerLost, TimeoutError):
                 pass
         _reexecute(comm, w, t, results, shards_of, reexecuted, settings.task_timeout)
-        w = _reduce_step(comm, job, t, results, counts, w, losses)
+        batch = settings.batch_size
+        rows = counts if batch is None else batch_counts(minibatch(n, batch, t, settings.batch_seed),
+                                                         shard_ranges(n, m))
+        w = _reduce_step(comm, job, t, results, rows, w, losses)
         times.append(comm.now() - t0)
         comm.progress(t + 1, settings.iters)  # a progress bar in the notebook cell
     for r in range(1, m + 1):  # also to a worker given up for silence: it may still be listening
@@ -267,6 +287,7 @@ def _worker(comm, X, y, job: _Job):
     mine = [comm.rank - 1]
     maps = 0
     status = Status()
+    batch, t = job.settings.batch_size, job.start - 1   # t: the iteration of the last w received
     while True:
         try:
             msg = comm.recv(source=0, status=status)
@@ -280,10 +301,16 @@ def _worker(comm, X, y, job: _Job):
             mine = sorted(mine + list(ks))
         else:
             ks, w, tag, suffix = mine, msg, TAG_G, ""
+            t += 1
+        rows = None if batch is None else minibatch(n, batch, t, job.settings.batch_seed)
         for k in ks:
             lo, hi = ranges[k]
             with comm.compute(f"map shard {k}{suffix}"):
-                out = map_shard(problem, Xa[lo:hi], ya[lo:hi], w, reduce)  # views: no copy
+                if rows is None:
+                    out = map_shard(problem, Xa[lo:hi], ya[lo:hi], w, reduce)  # views: no copy
+                else:  # the drawn rows of this shard (a copy of B/M rows, on average)
+                    mine_rows = shard_batch(rows, lo, hi)
+                    out = map_shard(problem, Xa[mine_rows], ya[mine_rows], w, reduce)
                 maps += 1
             try:
                 comm.send(out, 0, tag=tag)

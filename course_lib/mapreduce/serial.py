@@ -7,7 +7,7 @@ One iteration, with M workers and the N rows split into M shards S_1..S_M:
     reduce:     the server forms   g(w_t) = (1/N) sum_m h_m
     update:     w_{t+1} = w_t - lr * g(w_t)
 
-Three reduce functions, as in the seeds:
+Three reduce functions, as in the source notes (000 and 003):
 
 * ``"sum"``: workers send h_m (P numbers, P = w.size); the server adds them, divides by N.
 * ``"mean"``: workers send their shard's mean h_m / n_m; the server takes the mean weighted
@@ -17,6 +17,16 @@ Three reduce functions, as in the seeds:
 
 Every message also carries the shard's loss sum (one more number), so the server can
 report the loss without touching the data.
+
+Minibatch SGD (``batch_size=B``) replaces the N rows of an iteration by B rows drawn without
+replacement (:func:`minibatch`): g_B(w) = (1/B) sum_{i in batch} g_i(w). It is unbiased,
+E[g_B] = grad L(w), and its noise is
+
+    E ||g_B - grad L||^2 = (N - B) / (N - 1) * sigma^2 / B,   sigma^2 = (1/N) sum_i ||g_i - grad L||^2
+
+(sampling without replacement from a finite population: Cochran, *Sampling Techniques*, 1977,
+section 2.6, applied to each coordinate). Worker m maps the drawn rows of its shard; the
+reduce divides by B instead of N.
 """
 from __future__ import annotations
 
@@ -64,7 +74,7 @@ def map_shard(problem, X, y, w, reduce="sum"):
     out = np.empty(g.size + 1)
     out[:-1] = g.ravel()
     out[-1] = loss
-    if reduce == "mean":
+    if reduce == "mean" and len(X):  # an empty shard (no row of a minibatch) sends zeros, weighted 0
         out /= len(X)
     elif reduce != "sum":
         check_reduce(reduce)
@@ -133,6 +143,48 @@ def initial_w(y, d):
     """Zeros with the shape of w: (d,) or (d, k) when y has k columns."""
     y = np.asarray(y)
     return np.zeros((d,) if y.ndim == 1 else (d, y.shape[1]))
+
+
+def minibatch(n: int, batch_size: int, t: int, seed: int = 0) -> np.ndarray:
+    """The rows of iteration ``t``'s minibatch: ``batch_size`` distinct rows of ``n``, sorted.
+
+    Drawn by ``numpy.random.default_rng([seed, t])``, so every process that knows (seed, t)
+    draws the same rows: the server and the workers of MapReduce SGD need not send them.
+    """
+    if not 1 <= batch_size <= n:
+        raise ValueError(f"batch_size must be between 1 and the {n} rows, got {batch_size}")
+    return np.sort(np.random.default_rng([seed, t]).choice(n, size=batch_size, replace=False))
+
+
+def batch_counts(rows: np.ndarray, ranges) -> list[int]:
+    """How many of the sorted ``rows`` fall in each shard ``[lo, hi)`` of ``ranges``."""
+    return [int(np.searchsorted(rows, hi) - np.searchsorted(rows, lo)) for lo, hi in ranges]
+
+
+def shard_batch(rows: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The sorted ``rows`` that fall in the shard ``[lo, hi)``."""
+    return rows[np.searchsorted(rows, lo):np.searchsorted(rows, hi)]
+
+
+def sgd_serial(problem, X, y, batch_size, iters=100, lr=None, w0=None, seed=0):
+    """Minibatch SGD in one process, on the batches :func:`minibatch` draws: MapReduce SGD's baseline.
+
+    Returns (w, batch_losses, losses): batch_losses[t] is the mean loss over iteration t's batch
+    at w_t (what the MapReduce server reports), losses[t] = L(w_t) over all N rows.
+    """
+    problem = get_problem(problem)
+    X = np.asarray(X)
+    y = np.asarray(y)
+    lr = default_lr(problem, X) if lr is None else float(lr)
+    w = initial_w(y, X.shape[1]) if w0 is None else np.array(w0, dtype=np.float64)
+    batch_losses, losses = np.empty(iters), np.empty(iters)
+    for t in range(iters):
+        rows = minibatch(len(X), batch_size, t, seed)
+        g, loss = problem.shard_sums(X[rows], y[rows], w)
+        batch_losses[t] = loss / batch_size
+        losses[t] = problem.loss(X, y, w)
+        w = gd_update(w, g / batch_size, lr)
+    return w, batch_losses, losses
 
 
 def gd_serial(problem, X, y, iters=100, lr=None, w0=None):

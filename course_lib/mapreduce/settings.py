@@ -30,6 +30,11 @@ class MapReduceSettings:
     resume:           start from the last checkpoint in ``checkpoint_dir``, if there is one.
     task_timeout:     seconds after the broadcast within which a worker must answer, else its shards are
                       re-executed elsewhere; None: only a worker whose process died counts as failed.
+    batch_size:       None: full-batch gradient descent. B: minibatch SGD, each iteration's gradient the mean
+                      of g_i over B rows drawn without replacement (``serial.minibatch``); every worker maps
+                      only the drawn rows of its shard, so the same words travel as for the full batch.
+    batch_seed:       the seed of the draws: iteration t's rows come from ``default_rng([batch_seed, t])``,
+                      which every rank computes alike (no row indices travel).
 
     The run's own knobs, passed to ``cluster.run`` (None: the cluster's own setting):
 
@@ -47,6 +52,8 @@ class MapReduceSettings:
     checkpoint_every: int | None = None
     resume: bool = False
     task_timeout: float | None = None
+    batch_size: int | None = None
+    batch_seed: int = 0
     network: Network | None = None
     slow: dict | None = None
     faults: dict | None = None
@@ -60,6 +67,9 @@ class MapReduceSettings:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, validate.number(owner, name, getattr(self, name), positive=True))
         validate.choice(owner, "reduce", self.reduce, REDUCES)
+        if self.batch_size is not None:
+            object.__setattr__(self, "batch_size", validate.integer(owner, "batch_size", self.batch_size, 1))
+        object.__setattr__(self, "batch_seed", validate.integer(owner, "batch_seed", self.batch_seed, 0))
         self._check_checkpoints(owner)
         self._check_run_knobs(owner)
 

@@ -317,3 +317,86 @@ def test_a_graph_runs_in_any_topological_order_across_ranks():
     with cl.Cluster(2) as cluster:
         res = cluster.run(mp.run_graph, nodes)
     assert res[0] == {"b": 3.0, "d": 8.0} and res[1] == {"a": 2.0, "c": 6.0}
+
+
+# -- interleaved 1F1B and activation recomputation (Narayanan et al. 2021, sections 2.2.2 and 3.5) --------
+@pytest.mark.parametrize("costs", [(1, 1), (1, 2), (2, 3)])
+def test_interleaved_bubble_is_exactly_the_formula_and_v1_is_1f1b(costs):
+    t_f, t_b = costs
+    for p in range(1, 7):
+        for k in (1, 2, 3):
+            m = k * p
+            for v in (1, 2, 3, 4):
+                sim = mp.simulate_interleaved(p, m, v, t_f, t_b)
+                busy = sum(sim["busy"])
+                assert all(b == m * (t_f + t_b) for b in sim["busy"])
+                assert sim["bubble"] == mp.interleaved_bubble(p, m, v) == Fraction(p - 1, v * m + p - 1)
+                # the paper's bubble time fraction: idle over busy
+                assert (p * sim["steps"] - busy) / busy == Fraction(p - 1, v * m)
+                assert isinstance(sim["bubble"], Fraction)
+            one = mp.simulate("1f1b", p, m, t_f, t_b)
+            inter = mp.simulate_interleaved(p, m, 1, t_f, t_b)
+            assert inter["steps"] == one["steps"] and inter["peak_stash"] == one["peak_stash"]
+
+
+def test_interleaved_schedule_is_valid():
+    for p in range(1, 6):
+        for m in (p, 2 * p):
+            for v in (1, 2, 3):
+                for d in range(p):
+                    ops = mp.interleaved_ops(p, m, v, d)
+                    want = [(op, i, c) for op in "FB" for i in range(m) for c in range(v)]
+                    assert sorted(ops) == sorted(want)
+                    # a chunk micro-batch's backward never comes before its forward
+                    assert all(ops.index(("F", i, c)) < ops.index(("B", i, c)) for i in range(m) for c in range(v))
+                sim = mp.simulate_interleaved(p, m, v)
+                start = {(d, op, i, c): a for (d, op, i, a, _), c in zip(sim["events"], sim["chunks"])}
+                end = {(d, op, i, c): b for (d, op, i, _, b), c in zip(sim["events"], sim["chunks"])}
+                for (d, op, i, c), a in start.items():     # virtual stage g = c p + d waits for g - 1 (or g + 1)
+                    g = c * p + d
+                    if op == "F" and g > 0:
+                        assert a >= end[((g - 1) % p, "F", i, (g - 1) // p)]
+                    if op == "B" and g < v * p - 1:
+                        assert a >= end[((g + 1) % p, "B", i, (g + 1) // p)]
+    with pytest.raises(ValueError, match="multiple of p"):
+        mp.interleaved_ops(4, 6, 2, 0)
+    with pytest.raises(ValueError, match="v >= 1"):
+        mp.simulate_interleaved(2, 2, 0)
+
+
+def test_interleaved_schedule_plot_draws_every_op():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib.model_parallel.plots import plot_schedule
+    sim = mp.simulate_interleaved(2, 4, 2, t_f=1, t_b=2)
+    ax = plot_schedule(sim)
+    assert len(ax.collections) == 2 * 2 * 4 * 2
+    assert "t_b=2" in ax.get_title() and "v=2" in ax.get_title()
+    plt.close("all")
+
+
+@pytest.mark.parametrize("kind", mp.SCHEDULES)
+def test_recomputation_gives_the_same_gradients_and_holds_only_stage_inputs(kind):
+    layers = mp.init_deep([5, 8, 7, 6, 3], seed=4)     # 4 layers on 2 stages
+    X, T = mp.make_data(12, 5, 3, seed=5)
+    L, gref = mp.deep_forward_backward(layers, X, T)
+    m, p = 4, 2
+    rows = 12 // m
+    with cl.Cluster(p) as cluster:
+        runs = {rc: cluster.run(mp.pipeline_step, layers, X, T, m, kind, recompute=rc) for rc in (False, True)}
+    for rc, res in runs.items():
+        for (dW, db), (rW, rb) in zip(mp.assemble_pipeline_grads(res), gref):
+            assert maxdiff(dW, rW) < TOL and maxdiff(db, rb) < TOL
+        assert res[-1]["loss"] == pytest.approx(L, abs=TOL)
+        labels = [e.label for e in res.timeline if e.kind == "compute"]
+        assert sum(x.startswith("R") for x in labels) == (p * m if rc else 0)
+        assert sum(x.startswith("F") for x in labels) == sum(x.startswith("B") for x in labels) == p * m
+    for s, (lo, hi) in enumerate(mp.stage_layers(len(layers), p)):
+        held = m if kind == "gpipe" else min(m, p - s)
+        inputs = layers[lo][0].shape[0]
+        outputs = sum(W.shape[1] for W, _ in layers[lo:hi])
+        assert runs[True][s]["peak_stash_bytes"] == held * rows * inputs * 8
+        assert runs[False][s]["peak_stash_bytes"] == held * rows * (inputs + outputs) * 8
+        assert runs[True][s]["peak_stash"] == runs[False][s]["peak_stash"] == held

@@ -14,7 +14,7 @@ __all__ = ["FirstRanks", "run_on"]
 class FirstRanks:
     """Ranks ``0..size-1`` of ``comm`` seen as a communicator of their own.
 
-    Point-to-point (``send``, ``recv``, ``sendrecv``, ``compute``, ``stats``, ``now``), and the
+    Point-to-point (``send``, ``isend``, ``recv``, ``sendrecv``, ``compute``, ``stats``, ``now``), and the
     one collective this lesson's layers use, ``allreduce(x, algorithm="ring")``: ranks are the
     same numbers, so messages need no translation.
     """
@@ -31,6 +31,9 @@ class FirstRanks:
 
     def send(self, obj, dest, tag=0):
         return self._comm.send(obj, self._peer(dest), tag=tag)
+
+    def isend(self, obj, dest, tag=0):
+        return self._comm.isend(obj, self._peer(dest), tag=tag)
 
     def recv(self, source, tag=-1):
         return self._comm.recv(source=self._peer(source), tag=tag)

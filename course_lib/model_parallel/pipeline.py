@@ -20,6 +20,25 @@ idle fraction (the *bubble*) is
 :func:`simulate` computes it exactly (``fractions.Fraction``) from the schedule's own
 step count; :func:`measured_bubble` computes it from a real run's timeline.
 Gradients are summed over micro-batches, so they equal the full-batch gradient.
+
+Two refinements from Narayanan et al. 2021 (*Efficient Large-Scale Language Model Training on
+GPU Clusters Using Megatron-LM*, SC21):
+
+* **Interleaved 1F1B** (section 2.2.2), :func:`simulate_interleaved`: each device holds v
+  *model chunks* (virtual stages) instead of one contiguous group of layers, device d the
+  chunks d, d + p, ..., d + (v - 1) p of a pipeline of v p chunks. Each op then costs 1/v of a
+  stage's, the pipeline fills and drains v times faster, and the bubble shrinks by v: idle time
+  over busy time ``(p - 1) / (v m)`` (the paper's "bubble time fraction"), i.e. an idle fraction
+  of the run ``(p - 1) / (v m + p - 1)``. The price: v times as many messages between devices,
+  and m must be a multiple of p.
+* **Activation recomputation** (section 3.5; Chen et al. 2016, *Training Deep Nets with Sublinear
+  Memory Cost*): ``pipeline_step(..., recompute=True)`` stashes only each micro-batch's *input*
+  to the stage and recomputes the stage's forward inside the backward. A stage of L layers then
+  holds one activation per stashed micro-batch instead of L + 1, for one extra forward per
+  backward (with t_b = 2 t_f: a third more compute).
+
+Every compute phase is traced under a label, ``F<i>`` (forward of micro-batch i) or ``B<i>``
+(backward), so a timeline tells forwards from backwards.
 """
 from __future__ import annotations
 
@@ -35,7 +54,8 @@ from course_lib.reference.ex06 import predicted_bubble  # question ex06_4
 from .mlp import layer_backward, layer_forward
 
 __all__ = ["SCHEDULES", "stage_ops", "simulate", "bubble_formula", "measured_bubble",
-           "stage_layers", "pipeline_step", "assemble_pipeline_grads"]
+           "interleaved_ops", "simulate_interleaved", "interleaved_bubble",
+           "stage_layers", "pipeline_step", "assemble_pipeline_grads", "stash_bytes"]
 
 SCHEDULES = ("gpipe", "1f1b")
 TAG_ACT = 6011
@@ -73,6 +93,48 @@ def bubble_formula(p: int, m: int) -> Fraction:
     return predicted_bubble(p, m)
 
 
+def _exact(*costs) -> bool:
+    return all(isinstance(x, (int, Fraction)) for x in costs)
+
+
+def _list_schedule(ops, dependency, cost):
+    """Run each device's ops in their order on an ideal machine (no communication cost): an op
+    starts when its device is free and its dependency is done. ``ops[d]`` lists device d's ops
+    (tuples whose first item is "F" or "B"); ``dependency(d, op)`` names the ``(device, op)``
+    it waits for (None: none); ``cost(op)`` is its duration. Returns the events
+    ``(device, op, start, end)`` in the order they were placed."""
+    p = len(ops)
+    done, free, pos, events = {}, [0] * p, [0] * p, []
+    while any(pos[d] < len(ops[d]) for d in range(p)):
+        progressed = False
+        for d in range(p):
+            if pos[d] >= len(ops[d]):
+                continue
+            op = ops[d][pos[d]]
+            dep = dependency(d, op)
+            if dep is not None and dep not in done:
+                continue
+            start = max(free[d], done[dep] if dep is not None else 0)
+            end = start + cost(op)
+            done[(d, op)] = end
+            free[d] = end
+            events.append((d, op, start, end))
+            pos[d] += 1
+            progressed = True
+        if not progressed:          # cannot happen for the schedules here; guards edits
+            raise RuntimeError(f"the schedule deadlocks at positions {pos}")
+    return events
+
+
+def _peak_stash(ops) -> int:
+    """Most micro-batches (or chunk micro-batches) whose forward ran and backward did not yet."""
+    held = best = 0
+    for op in ops:
+        held += 1 if op[0] == "F" else -1
+        best = max(best, held)
+    return best
+
+
 def simulate(kind: str, p: int, m: int, t_f=1, t_b=1):
     """Run the schedule on an ideal machine (no communication cost).
 
@@ -80,49 +142,106 @@ def simulate(kind: str, p: int, m: int, t_f=1, t_b=1):
     free and its dependency is done. Returns a dict: ``events`` (list of
     ``(stage, op, micro_batch, start, end)``), ``steps`` (makespan, in units of the
     costs), ``busy`` per stage, ``bubble`` (exact Fraction when costs are integers or
-    Fractions) and ``peak_stash`` per stage (activations held at once).
+    Fractions), ``peak_stash`` per stage (activations held at once) and the costs
+    ``t_f``, ``t_b``.
     """
     p, m = _check(p, m, kind)
     ops = [stage_ops(kind, p, m, s) for s in range(p)]
-    done = {}                       # (op, stage, i) -> end time
-    free = [0] * p
-    pos = [0] * p
-    events = []
-    while any(pos[s] < len(ops[s]) for s in range(p)):
-        progressed = False
-        for s in range(p):
-            if pos[s] >= len(ops[s]):
-                continue
-            op, i = ops[s][pos[s]]
-            if op == "F":
-                dep = None if s == 0 else ("F", s - 1, i)
-            else:
-                dep = ("F", s, i) if s == p - 1 else ("B", s + 1, i)
-            if dep is not None and dep not in done:
-                continue
-            start = max(free[s], done[dep] if dep is not None else 0)
-            end = start + (t_f if op == "F" else t_b)
-            done[(op, s, i)] = end
-            free[s] = end
-            events.append((s, op, i, start, end))
-            pos[s] += 1
-            progressed = True
-        if not progressed:          # cannot happen for the two schedules; guards edits
-            raise RuntimeError(f"schedule {kind} deadlocks at positions {pos}")
+
+    def dependency(s, op):
+        what, i = op
+        if what == "F":
+            return None if s == 0 else (s - 1, ("F", i))
+        return (s, ("F", i)) if s == p - 1 else (s + 1, ("B", i))
+
+    placed = _list_schedule(ops, dependency, lambda op: t_f if op[0] == "F" else t_b)
+    events = [(s, op, i, start, end) for s, (op, i), start, end in placed]
     steps = max(e[4] for e in events)
     busy = [sum(e[4] - e[3] for e in events if e[0] == s) for s in range(p)]
     total = sum(busy)
-    bubble = 1 - Fraction(total) / (p * Fraction(steps)) if all(
-        isinstance(x, (int, Fraction)) for x in (t_f, t_b)) else 1 - total / (p * steps)
-    peak = []
-    for s in range(p):
-        held = best = 0
-        for op, _ in ops[s]:
-            held += 1 if op == "F" else -1
-            best = max(best, held)
-        peak.append(best)
+    bubble = 1 - Fraction(total) / (p * Fraction(steps)) if _exact(t_f, t_b) else 1 - total / (p * steps)
     return {"events": events, "steps": steps, "busy": busy, "bubble": bubble,
-            "peak_stash": peak, "kind": kind, "p": p, "m": m}
+            "peak_stash": [_peak_stash(o) for o in ops], "kind": kind, "p": p, "m": m,
+            "t_f": t_f, "t_b": t_b}
+
+
+def interleaved_ops(p: int, m: int, v: int, d: int):
+    """Ordered ops ``[("F" | "B", micro_batch, chunk), ...]`` of device d under the interleaved
+    1F1B schedule with v chunks per device (Narayanan et al. 2021, section 2.2.2), in the order
+    of Megatron-LM's ``forward_backward_pipelining_with_interleaving``: forwards go through the
+    chunks in groups of p micro-batches (chunk 0 for micro-batches 0..p-1, then chunk 1 for the
+    same ones, ...), backwards through the chunks in reverse; ``(p - d - 1) + (v - 1) p``
+    warm-up forwards, then one forward and one backward in turn.
+
+    With v = 1 this is :func:`stage_ops`' 1F1B. Megatron-LM's code warms up ``2 (p - d - 1) +
+    (v - 1) p``: p - d - 1 more forwards, which on a real machine keep a device busy while a
+    message is in flight; on the ideal machine of :func:`simulate_interleaved` both give the
+    same bubble, and the extra ones only hold more activations."""
+    p, m = _check(p, m)
+    v = int(v)
+    if v < 1:
+        raise ValueError(f"need v >= 1 model chunks per device, got v={v}")
+    if not 0 <= d < p:
+        raise ValueError(f"device {d} out of range for p={p}")
+    if m % p:
+        raise ValueError(f"the interleaved schedule needs m a multiple of p, got m={m}, p={p}")
+    total = m * v
+
+    def forward(k):             # the device's k-th forward: (micro-batch, chunk)
+        group, within = divmod(k, p * v)
+        chunk, j = divmod(within, p)
+        return group * p + j, chunk
+
+    def backward(k):
+        i, chunk = forward(k)
+        return i, v - 1 - chunk
+
+    warm = min((p - d - 1) + (v - 1) * p, total)
+    ops = [("F", *forward(k)) for k in range(warm)]
+    for k in range(total - warm):
+        ops += [("F", *forward(warm + k)), ("B", *backward(k))]
+    ops += [("B", *backward(k)) for k in range(total - warm, total)]
+    return ops
+
+
+def simulate_interleaved(p: int, m: int, v: int, t_f=1, t_b=1):
+    """:func:`simulate` for the interleaved 1F1B schedule: v chunks per device, each op costing
+    ``t_f / v`` or ``t_b / v`` (a chunk holds 1/v of the device's layers). Chunk c of device d is
+    virtual stage ``g = c p + d``; its forward waits for virtual stage g - 1's, its backward for
+    g + 1's. Returns the same dict as :func:`simulate` (``events`` as
+    ``(device, op, micro_batch, start, end)``, plus ``chunks``, each event's chunk, and ``v``);
+    ``peak_stash`` counts chunk micro-batches, each 1/v of a stage's activations. With v = 1 it
+    is the 1F1B schedule."""
+    p, m = _check(p, m)
+    v = int(v)
+    ops = [interleaved_ops(p, m, v, d) for d in range(p)]
+    last = v * p - 1
+
+    def dependency(d, op):
+        what, i, chunk = op
+        g = chunk * p + d
+        if what == "F":
+            return None if g == 0 else ((g - 1) % p, ("F", i, (g - 1) // p))
+        return (d, ("F", i, chunk)) if g == last else ((g + 1) % p, ("B", i, (g + 1) // p))
+
+    f, b = (Fraction(t_f, v), Fraction(t_b, v)) if _exact(t_f, t_b) else (t_f / v, t_b / v)
+    placed = _list_schedule(ops, dependency, lambda op: f if op[0] == "F" else b)
+    events = [(d, op, i, start, end) for d, (op, i, _), start, end in placed]
+    chunks = [chunk for _, (_, _, chunk), _, _ in placed]
+    steps = max(e[4] for e in events)
+    busy = [sum(e[4] - e[3] for e in events if e[0] == d) for d in range(p)]
+    bubble = 1 - sum(busy) / (p * steps)
+    return {"events": events, "chunks": chunks, "steps": steps, "busy": busy, "bubble": bubble,
+            "peak_stash": [_peak_stash(o) for o in ops], "kind": f"interleaved 1f1b, v={v}", "p": p, "m": m,
+            "v": v, "t_f": t_f, "t_b": t_b}
+
+
+def interleaved_bubble(p: int, m: int, v: int) -> Fraction:
+    """The interleaved schedule's idle fraction ``(p - 1) / (v m + p - 1)``: its idle time
+    ``(p - 1)(t_f + t_b) / v`` over the run, busy ``m (t_f + t_b)`` plus idle. The paper quotes
+    idle over busy, ``(p - 1) / (v m)``. v = 1 gives :func:`bubble_formula`."""
+    p, m = _check(p, m)
+    return Fraction(p - 1, int(v) * m + p - 1)
 
 
 def measured_bubble(timeline, p: int | None = None, labels=("F", "B")) -> float:
@@ -162,15 +281,54 @@ def padded_compute(comm, label, cost, fn):
     return out
 
 
+def stash_bytes(stash) -> int:
+    """Bytes of the activations held in ``stash`` (micro-batch -> list of arrays)."""
+    return int(sum(a.nbytes for acts in stash.values() for a in acts))
+
+
+class _Stage:
+    """One stage's layers, its accumulated gradients and the activations it stashes."""
+
+    def __init__(self, layers, lo: int, hi: int):
+        self.lo, self.last_layer = lo, len(layers) - 1
+        self.mine = [(np.asarray(W).copy(), np.asarray(b).copy()) for W, b in layers[lo:hi]]
+        self.grads = [(np.zeros_like(W), np.zeros_like(b)) for W, b in self.mine]
+
+    def forward(self, a):
+        """The stage's input and every layer's output."""
+        acts = [a]
+        for j, (W, b) in enumerate(self.mine):
+            acts.append(layer_forward(W, b, acts[-1], self.lo + j == self.last_layer))
+        return acts
+
+    def backward(self, acts, d):
+        """Add this micro-batch's gradients; return the gradient for the stage's input."""
+        for j in range(len(self.mine) - 1, -1, -1):
+            dW, db, d = layer_backward(self.mine[j][0], acts[j], acts[j + 1], d, self.lo + j == self.last_layer)
+            self.grads[j] = (self.grads[j][0] + dW, self.grads[j][1] + db)
+        return d
+
+
 def pipeline_step(comm, layers, X, T, m: int, schedule: str = "gpipe",
-                  t_f: float = 0.0, t_b: float = 0.0):
+                  t_f: float = 0.0, t_b: float = 0.0, recompute: bool = False):
     """One forward+backward of the layer stack, pipelined over all ranks.
 
     ``layers`` is the full list ``[(W, b), ...]``; stage s keeps only its own layers.
     Only stage 0 reads X and only the last stage reads T (everybody gets them here for
     simplicity; a real pipeline loads them where needed). Returns this stage's layer
     range, its gradients, the loss (last stage; else None), the peak number of stashed
-    micro-batches and the bytes it sent.
+    micro-batches, the peak bytes of stashed activations and the bytes it sent.
+
+    Each forward runs in a compute phase labelled ``F<i>``, each backward in one labelled
+    ``B<i>``, padded to ``t_f`` and ``t_b`` seconds when those are given (emulated compute).
+    With ``recompute`` (activation recomputation) a forward stashes only its input; the
+    backward first recomputes the stage's forward from it, in a phase labelled ``R<i>``
+    (padded to ``t_f``), then runs ``B<i>``.
+
+    Sends do not block: in 1F1B's steady state two neighbours send to each other at once
+    (stage s its activation forward, stage s + 1 its gradient back), and two blocking sends of
+    messages larger than a Pipe's buffer would wait for each other forever. Megatron-LM posts
+    such pairs together for the same reason (``torch.distributed.batch_isend_irecv``).
     """
     p, s = comm.size, comm.rank
     m = _check(p, m, schedule)[1]
@@ -179,47 +337,37 @@ def pipeline_step(comm, layers, X, T, m: int, schedule: str = "gpipe",
     if m > B:
         raise ValueError(f"cannot cut a batch of {B} rows into {m} micro-batches")
     lo, hi = stage_layers(len(layers), p)[s]
-    mine = [(np.asarray(W).copy(), np.asarray(b).copy()) for W, b in layers[lo:hi]]
-    last_layer = len(layers) - 1
+    stage = _Stage(layers, lo, hi)
     rows = np.array_split(np.arange(B), m)
-    grads = [(np.zeros_like(W), np.zeros_like(b)) for W, b in mine]
-    stash, peak, total_loss = {}, 0, 0.0
+    stash, peak, peak_bytes, total_loss, in_flight = {}, 0, 0, 0.0, []
     sent0 = comm.stats.bytes_sent(s)
-
-    def fwd(a):
-        acts = [a]
-        for j, (W, b) in enumerate(mine):
-            acts.append(layer_forward(W, b, acts[-1], lo + j == last_layer))
-        return acts
-
-    def bwd(acts, d):
-        for j in range(len(mine) - 1, -1, -1):
-            dW, db, d = layer_backward(mine[j][0], acts[j], acts[j + 1], d, lo + j == last_layer)
-            grads[j] = (grads[j][0] + dW, grads[j][1] + db)
-        return d
-
     for op, i in stage_ops(schedule, p, m, s):
         if op == "F":
             a = X[rows[i]] if s == 0 else comm.recv(source=s - 1, tag=TAG_ACT)
-            acts = padded_compute(comm, f"F{i}", t_f, functools.partial(fwd, a))
-            stash[i] = acts
-            peak = max(peak, len(stash))
+            acts = padded_compute(comm, f"F{i}", t_f, functools.partial(stage.forward, a))
+            stash[i] = acts[:1] if recompute else acts      # recomputation keeps the stage's input only
+            peak, peak_bytes = max(peak, len(stash)), max(peak_bytes, stash_bytes(stash))
             if s < p - 1:
-                comm.send(acts[-1], s + 1, tag=TAG_ACT)
+                in_flight.append(comm.isend(acts[-1], s + 1, tag=TAG_ACT))
+            continue
+        acts = stash.pop(i)
+        if recompute:
+            acts = padded_compute(comm, f"R{i}", t_f, functools.partial(stage.forward, acts[0]))
+        if s == p - 1:
+            Y, Ti = acts[-1], T[rows[i]]
+            total_loss += float(0.5 * np.sum((Y - Ti) ** 2) / B)
+            d = (Y - Ti) / B      # 1/B of the whole batch: micro-batch grads add up
         else:
-            acts = stash.pop(i)
-            if s == p - 1:
-                Y, Ti = acts[-1], T[rows[i]]
-                total_loss += float(0.5 * np.sum((Y - Ti) ** 2) / B)
-                d = (Y - Ti) / B      # 1/B of the whole batch: micro-batch grads add up
-            else:
-                d = comm.recv(source=s + 1, tag=TAG_GRAD)
-            d_in = padded_compute(comm, f"B{i}", t_b, functools.partial(bwd, acts, d))
-            if s > 0:
-                comm.send(d_in, s - 1, tag=TAG_GRAD)
-    return {"layers": (lo, hi), "grads": grads, "loss": total_loss if s == p - 1 else None,
-            "peak_stash": peak, "bytes_sent": int(comm.stats.bytes_sent(s) - sent0),
-            "param_bytes": int(sum(W.nbytes + b.nbytes for W, b in mine))}
+            d = comm.recv(source=s + 1, tag=TAG_GRAD)
+        d_in = padded_compute(comm, f"B{i}", t_b, functools.partial(stage.backward, acts, d))
+        if s > 0:
+            in_flight.append(comm.isend(d_in, s - 1, tag=TAG_GRAD))
+    for request in in_flight:
+        request.wait()
+    return {"layers": (lo, hi), "grads": stage.grads, "loss": total_loss if s == p - 1 else None,
+            "peak_stash": peak, "peak_stash_bytes": int(peak_bytes),
+            "bytes_sent": int(comm.stats.bytes_sent(s) - sent0),
+            "param_bytes": int(sum(W.nbytes + b.nbytes for W, b in stage.mine))}
 
 
 def assemble_pipeline_grads(results):

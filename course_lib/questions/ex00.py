@@ -42,22 +42,38 @@ def assert_shard_sums(fn, values, n_workers, want):
     if len(res) != n_workers:
         raise AssertionError(f"expected one result per rank ({n_workers}), got {len(res)}.")
     assert_unchanged("sum_shard", ["sa.array"], [values], [after])
-    for r, (got, w) in enumerate(zip(res, want)):
-        lo, hi = r * n // n_workers, (r + 1) * n // n_workers
-        v = as_number(got, f"rank {r}'s result (the sum of its block, a float)")
-        assert np.isclose(v, w, rtol=1e-12, atol=1e-12), (
-            f"with n={n} values on {n_workers} workers, rank {r} should return the sum of "
-            f"sa.array[{lo}:{hi}] = {num(w)}, got {num(v)}.")
+    split = (f"the first n % size = {n % n_workers} block(s) one value longer" if n % n_workers
+             else "here all of the same length")
+    # the course's split is numpy's own: block r of np.array_split, the first n % size blocks one value longer
+    starts = np.cumsum([0] + [len(block) for block in np.array_split(values, n_workers)])
+    got = [as_number(v, f"rank {r}'s result (the sum of its block, a float)") for r, v in enumerate(res)]
+    wrong = [r for r in range(n_workers) if not np.isclose(got[r], want[r], rtol=1e-12, atol=1e-12)]
+    if not wrong:
+        return
+    # The other usual split, r*n//size, puts the longer blocks last: name it, so the fix is the convention.
+    floor = [(r * n // n_workers, (r + 1) * n // n_workers) for r in range(n_workers)]
+    if all(np.isclose(got[r], float(values[lo:hi].sum()), rtol=1e-12, atol=1e-12) for r, (lo, hi) in enumerate(floor)):
+        r = wrong[0]
+        raise AssertionError(
+            f"with n={n} values on {n_workers} workers, your blocks are those of the r*n//size convention "
+            f"(rank {r} summed sa.array[{floor[r][0]}:{floor[r][1]}]), which puts the longer blocks last. The "
+            f"course splits as np.array_split does ({split}), so rank {r}'s block is "
+            f"sa.array[{starts[r]}:{starts[r + 1]}].")
+    r = wrong[0]
+    raise AssertionError(
+        f"with n={n} values on {n_workers} workers, rank {r} should return the sum of its block "
+        f"sa.array[{starts[r]}:{starts[r + 1]}] (np.array_split's blocks, {split}), got {num(got[r])}.")
 
 
 @question("ex00_1", points=2, title="Sum your shard", names=("sum_shard",))
 def ex00_1(ns):
-    """Write ``sum_shard(comm, sa)``: rank r of `size` workers sums its contiguous block
-    ``sa.array[r*n//size:(r+1)*n//size]`` of the shared array and returns it as a float."""
+    """Write ``sum_shard(comm, sa)``: rank r of `size` workers sums its contiguous block of the
+    shared array, block r of ``np.array_split(sa.array, size)`` (the first n % size blocks one
+    value longer), and returns it as a float."""
     # 12 values 1..12 on 3 workers: blocks [1..4], [5..8], [9..12]
     assert_shard_sums(ns["sum_shard"], np.arange(1.0, 13.0), 3, [10.0, 26.0, 42.0])
-    # 7 values on 2 workers: blocks of 3 and 4
-    assert_shard_sums(ns["sum_shard"], np.array([0.5, 1.5, -2.0, 4.0, 8.0, 16.0, 32.0]), 2, [0.0, 60.0])
+    # 7 values on 2 workers: blocks of 4 and 3 (7 % 2 = 1: the first block is the longer one)
+    assert_shard_sums(ns["sum_shard"], np.array([0.5, 1.5, -2.0, 4.0, 8.0, 16.0, 32.0]), 2, [4.0, 56.0])
 
 
 # ------------------------------------------------------------------------------ ex00_2

@@ -15,11 +15,14 @@ import numpy as np
 def sum_shard(comm, sa):
     """Sum of this rank's contiguous block of the shared array ``sa``, as a float.
 
-    Rank r of p owns ``sa.array[r*n//p : (r+1)*n//p]``: the blocks cover the array once, and
-    their sizes differ by at most one element."""
+    The blocks are those of ``np.array_split(sa.array, p)``, the course's split: with n values on
+    p workers, the first n % p blocks hold n // p + 1 values and the others n // p, so they cover
+    the array once and their sizes differ by at most one element."""
     a = sa.array
-    n = len(a)
-    lo, hi = comm.rank * n // comm.size, (comm.rank + 1) * n // comm.size
+    r = comm.rank
+    base, extra = divmod(len(a), comm.size)   # extra: how many blocks, the first ones, get one more value
+    lo = r * base + min(r, extra)             # every earlier rank took base values, and min(r, extra) one more
+    hi = lo + base + (1 if r < extra else 0)
     # a view of the block, no copy: every worker reads the one array in shared memory
     return float(a[lo:hi].sum())
 

@@ -3,6 +3,8 @@ error by the worker's own exception, in-process (LocalCode: the same plain-data 
 same messages as the sandbox)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from course_lib.grading import run_question
@@ -86,3 +88,87 @@ def test_a_hidden_failure_keeps_its_detail_for_the_instructor_only(tmp_path):
     assert json.loads(path.read_text())["questions"][0]["detail"] == r.detail
     for shown_to_student in (student_markdown(row), json.dumps(gradescope_results(row))):
         assert "41733216" not in shown_to_student and "9137" not in shown_to_student, shown_to_student
+
+
+# -- formula questions: the message names what is off, never the expected value (issue 32) ----------
+
+#: Questions whose answer is a formula: a printed target value lets a student work the formula back.
+FORMULA_QUESTIONS = ("ex01_4", "ex01_5", "ex02_4", "ex03_2", "ex03_4", "ex04_2", "ex04_4", "ex05_5", "ex06_4",
+                     "ex07_1", "ex07_2", "ex07_3", "ex08_4")
+
+
+def test_off_by_names_a_factor_only_when_it_is_a_whole_number():
+    from course_lib.questions import off_by
+
+    assert off_by(0.025, 0.05) == "too small by a factor of about 2"
+    assert off_by(1.4e11, 1.75e10) == "too large by a factor of about 8"
+    assert off_by(1e10, 1.75e10) == "too small"            # 7/4 would hand the value back
+    assert off_by(0.00840032, 0.00240032) == "too large"
+    assert off_by(1e11, 0.1) == "too large by orders of magnitude"
+    assert off_by(1.0, 0.0) == "not zero where it should be zero"
+    assert off_by(-1.0, 2.0) == "negative where it should be positive"
+
+
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+
+
+def _telling(expected: str) -> bool:
+    """An expected value that tells the formula when shown: a number, not a small whole one (a 2 or a
+    16 also counts bytes, ranks and factors in a message's own words)."""
+    try:
+        x = float(expected)
+    except ValueError:
+        return False
+    return not (x.is_integer() and abs(x) < 100)
+
+
+def _formula_fixtures():
+    import pytest
+
+    from common import FIXTURES
+
+    return [pytest.param(p, id=p.stem) for p in sorted((FIXTURES / "wrong_answers").glob("ex*__*.py"))
+            if p.name.split("__")[0] in FORMULA_QUESTIONS]
+
+
+def _fixture_param():
+    import pytest
+
+    return pytest.mark.parametrize("path", _formula_fixtures())
+
+
+@_fixture_param()
+def test_a_formula_question_fails_without_its_expected_value(path):
+    """Each check of the question run on the wrong answer: a failure that carries the expected value for
+    the instructor (its ``detail``, '[expected X]') does not show X to the student; a visible check's
+    failure is one of those (or an argument changed in place, a library helper called)."""
+    from test_checks import lesson
+
+    from course_lib.grading.registry import HiddenFailure
+    from course_lib.grading.student import LocalCode, StudentError
+
+    qid = path.name.split("__")[0]
+    les = lesson(qid[2:4])
+    q = les.questions[qid]
+    code = LocalCode(les.with_body(qid, path.read_text()))
+    failures = 0
+    for check in list(q.visible) + list(q.hidden):
+        try:
+            check(code)
+        except StudentError:
+            continue
+        except AssertionError as exc:
+            failures += 1
+            shown_text = str(exc)
+            detail = getattr(exc, "detail", "") or ""
+            m = re.search(r"\[expected (.+)\]$", detail)
+            if check in q.visible and not isinstance(exc, HiddenFailure):
+                assert m or "in place" in shown_text or "should do this question's work itself" in shown_text \
+                    or "should be an int" in shown_text or "placed" in shown_text, (
+                        f"{path.name}: a visible check failed without naming what is off: {shown_text!r}")
+            if m and _telling(m.group(1)):
+                # numbers of the message, but those of the call's own inputs (before its first " = ")
+                inputs = set(NUMBER.findall(shown_text.split(" = ")[0])) if " = " in shown_text else set()
+                assert m.group(1) not in set(NUMBER.findall(shown_text)) - inputs, (
+                    f"{path.name}: the expected value {m.group(1)} is shown: {shown_text!r}")
+    assert failures, f"{path.name}: no check failed"

@@ -150,7 +150,8 @@ class hidden_property:
         shared = next((phrase for key, phrase in SHARED_FAILURES if key in text), None)
         part = next((what for key, what in self.parts if key in text), None)
         prop = shared or (f"{self.property}: {part}" if part else self.property)
-        raise HiddenFailure(prop, detail=text) from None
+        # a formula question's failure carries the expected value for the instructor in its detail
+        raise HiddenFailure(prop, detail=getattr(exc, "detail", "") or text) from None
 
 
 def named_kinds(phrases: dict, otherwise: str):
@@ -169,7 +170,7 @@ def _hide_inputs(fn: Callable, case: str, qid: str) -> Callable:
         except HiddenFailure as exc:
             raise HiddenFailure(exc.property, detail=exc.detail or str(exc), case=case) from None
         except AssertionError as exc:
-            raise HiddenFailure(GENERIC_PROPERTY, detail=str(exc), case=case) from None
+            raise HiddenFailure(GENERIC_PROPERTY, detail=getattr(exc, "detail", "") or str(exc), case=case) from None
 
     hidden.case, hidden.qid = case, qid
     return hidden

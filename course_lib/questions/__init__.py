@@ -129,6 +129,39 @@ def _array_text(x: np.ndarray, limit: int) -> str:
     return f"[{head}, ...] (shape {tuple(x.shape)})"
 
 
+def off_by(got, want, rtol: float = 0.02) -> str:
+    """How a number differs from the one a formula question expects, without the expected value
+    (a student could work back from it to the formula): "too large by a factor of about 2",
+    "too small", "negative where it should be positive", "not zero where it should be zero".
+
+    A factor is named only when it is a whole number from 2 to 8 (within ``rtol``): a term counted
+    twice, or p times, or missing, shows as one; any finer ratio would hand the value back."""
+    got, want = float(got), float(want)
+    if want == 0:
+        return "not zero where it should be zero"
+    if got == 0:
+        return "zero where it should not be"
+    if (got > 0) != (want > 0):
+        return f"{'negative' if got < 0 else 'positive'} where it should be {'positive' if want > 0 else 'negative'}"
+    ratio = got / want
+    size = "too large" if ratio > 1 else "too small"
+    big = ratio if ratio > 1 else 1 / ratio
+    if abs(round(big) - big) <= rtol * big and 2 <= round(big) <= 8:
+        return f"{size} by a factor of about {round(big)}"
+    if big > 16:
+        return f"{size} by orders of magnitude"
+    return size
+
+
+def formula_mismatch(message: str, want) -> AssertionError:
+    """The failure of a formula question: ``message`` for the student, which names what is off without
+    the expected value (see :func:`off_by`), and, as its ``detail``, the same with the expected value,
+    for the instructor only (a hidden check keeps it in ``feedback/<name>.json``)."""
+    exc = AssertionError(message)
+    exc.detail = f"{message} [expected {num(want) if is_number(want) else shown(want)}]"
+    return exc
+
+
 def is_number(x) -> bool:
     return isinstance(x, (Real, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
 

@@ -16,7 +16,9 @@ from course_lib.questions import (
     as_number,
     assert_unchanged,
     call_keeping_inputs,
+    formula_mismatch,
     num,
+    off_by,
     readable,
     refuse_helpers,
     shown,
@@ -185,11 +187,28 @@ def _assert_seconds(got, p, n_params, latency, bandwidth, want):
              "answers) and the first copy of w count"}
     for wrong, why in hints.items():
         if p > 1 and np.isclose(got, wrong, rtol=1e-9, atol=0) and not np.isclose(want, wrong, rtol=1e-9, atol=0):
-            raise AssertionError(f"comm_time({p}, {n_params}, ...) = {num(got)} s {why}: expected {num(want)} s.")
-    assert np.isclose(got, want, rtol=1e-9, atol=0), (
-        f"comm_time({p}, {n_params}, latency={num(latency)} s, bandwidth={num(bandwidth)} B/s) should be "
-        f"{num(want)} s, got {num(got)} s. Count the first copy of w (8P bytes), then the p answers of P + 1 numbers "
-        "entering the server's link one after the other, and one latency each way.")
+            raise formula_mismatch(f"comm_time({p}, {n_params}, ...) = {num(got)} s {why}.", want)
+    # The value itself is not shown (it could be worked back to the formula): what is off, and the concept.
+    if not np.isclose(got, want, rtol=1e-9, atol=0):
+        raise formula_mismatch(
+            f"comm_time({p}, {n_params}, latency={num(latency)} s, bandwidth={num(bandwidth)} B/s) = {num(got)} s "
+            f"is {off_by(got, want)}. " + _comm_time_concept(got, p, n_params, latency, bandwidth), want)
+
+
+def _comm_time_concept(got, p, n_params, latency, bandwidth) -> str:
+    """Which part of the communication time is off: the latency (one each way) or the bytes (the first
+    copy of w, then the p answers entering the server's link one after the other)."""
+    wire = (8 * n_params + p * 8 * (n_params + 1)) / bandwidth
+    count = ("Count the first copy of w (8P bytes), then the p answers of P + 1 numbers entering the server's "
+             "link one after the other, and one latency each way.")
+    if latency:
+        k = (got - wire) / latency
+        if abs(k - round(k)) < 1e-6 and round(k) != 2:
+            return (f"The bytes are right, but it counts the latency {round(k)} times: an iteration pays it once "
+                    "each way, since the copies (and the answers) follow each other on the link. " + count)
+        if abs(k - round(k)) >= 1e-6:
+            return "The latency is not what is off: the bytes on the server's link are. " + count
+    return count
 
 
 @question("ex01_4", points=1, title="Predict the communication time", names=("comm_time",))
@@ -218,9 +237,11 @@ def _assert_speedups(got, times, want):
                              f"{sorted(times)}; got {shown(got)}.")
     for p in sorted(times):
         val = as_number(got[p], f"speedup({p})")
-        assert np.isclose(val, want[p], rtol=1e-6), (
-            f"speedup({p}) should be median(T_fewest[1:]) / median(T_{p}[1:]) = {num(want[p])}, got {num(val)}: "
-            "drop the first (warm-up) iteration, use medians, and compare with the run with the fewest workers.")
+        if not np.isclose(val, want[p], rtol=1e-6):
+            raise formula_mismatch(
+                f"speedup({p}) = {num(val)} is {off_by(val, want[p])}: it should be median(T_fewest[1:]) / "
+                f"median(T_{p}[1:]). Drop the first (warm-up) iteration, use medians (a hiccup moves a mean, not a "
+                "median), and compare with the run with the fewest workers.", want[p])
 
 
 #: Seconds per iteration measured on 1, 2 and 3 workers (a slow first iteration, one hiccup each).

@@ -17,7 +17,9 @@ from course_lib.questions import (
     as_sequence,
     assert_unchanged,
     call_keeping_inputs,
+    formula_mismatch,
     num,
+    off_by,
     readable,
     shown,
     unnamed,
@@ -281,19 +283,43 @@ def ex02_3(ns):
 
 
 # ------------------------------------------------------------------------------ ex02_4
+#: The three terms of the cost model, each read alone by zeroing the other two coefficients.
+TERMS = (("the latency term (alpha alone, beta = gamma = 0)",
+          "count the messages each rank sends one after the other, over both phases"),
+         ("the bandwidth term (beta alone, alpha = gamma = 0)",
+          "count the bytes each rank sends over all the steps: a chunk of n/p bytes a step"),
+         ("the reduction term (gamma alone, alpha = beta = 0)",
+          "count the bytes each rank adds: only the reduce-scatter phase adds, a chunk a step"))
+
+
 def assert_time(fn, p, n, a, b, c, want):
+    """``want``: the (latency, bandwidth, reduction) terms in seconds, or their total. A wrong total
+    names the term that is off (each term read alone from the student's function), never its value."""
+    terms = tuple(want) if isinstance(want, (tuple, list)) else None
+    total = sum(terms) if terms else want
     got = as_number(fn(p, n, a, b, c), "ring_allreduce_time's result (seconds)")
-    assert np.isclose(got, want, rtol=1e-9, atol=0), (
-        f"ring_allreduce_time({p}, {num(n)}, alpha={num(a)}, beta={num(b)}, gamma={num(c)}) should be {num(want)} s, "
-        f"got {num(got)} s. Count per rank: how many messages (steps), how many bytes each step, how many bytes added.")
+    if np.isclose(got, total, rtol=1e-9, atol=0):
+        return
+    call = f"ring_allreduce_time({p}, {num(n)}, alpha={num(a)}, beta={num(b)}, gamma={num(c)})"
+    off = []
+    for k, ((term, how), coef) in (enumerate(zip(TERMS, (a, b, c))) if terms else ()):
+        alone = [0.0, 0.0, 0.0]
+        alone[k] = coef
+        part = as_number(fn(p, n, *alone), f"ring_allreduce_time's result with only {term.split(' (')[0]}")
+        if not np.isclose(part, terms[k], rtol=1e-9, atol=1e-300):
+            off.append(f"{term} is {off_by(part, terms[k])}: {how}")
+    why = ("; ".join(off) + ".") if off else (
+        "Count per rank: how many messages (steps), how many bytes each step, how many bytes added.")
+    raise formula_mismatch(f"{call} = {num(got)} s is {off_by(got, total)}. {why[0].upper() + why[1:]}", total)
 
 
 @question("ex02_4", points=1, title="Cost of the ring allreduce", names=("ring_allreduce_time",))
 def ex02_4(ns):
     """``ring_allreduce_time(p, n_bytes, alpha, beta, gamma)``: seconds, Thakur et al. (2005)."""
     fn = ns["ring_allreduce_time"]
-    assert_time(fn, 4, 1e6, 1e-5, 1e-9, 2e-10, 0.00171)
-    assert_time(fn, 8, 4e6, 3e-6, 5e-10, 0.0, 0.003542)
+    # the expected (latency, bandwidth, reduction) terms, in seconds
+    assert_time(fn, 4, 1e6, 1e-5, 1e-9, 2e-10, (6e-5, 1.5e-3, 1.5e-4))
+    assert_time(fn, 8, 4e6, 3e-6, 5e-10, 0.0, (4.2e-5, 3.5e-3, 0.0))
 
 
 # ------------------------------------------------------------------------------ ex02_5

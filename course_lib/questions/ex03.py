@@ -17,7 +17,9 @@ from course_lib.questions import (
     as_int,
     as_number,
     assert_unchanged,
+    formula_mismatch,
     num,
+    off_by,
     readable,
     refuse_helpers,
     shown,
@@ -147,9 +149,17 @@ def check_lr_values(fn, cases):
     """``cases``: [(lr, staleness, expected step)]."""
     for lr, s, want in cases:
         got = as_number(fn(lr, s), f"staleness_aware_lr({num(lr)}, {s})")
-        assert np.isclose(got, want, rtol=1e-12, atol=0), (
-            f"staleness_aware_lr({num(lr)}, {s}) should be {num(want)}, got {num(got)}"
-            + (": a fresh gradient (staleness 0) keeps the full step lr." if s == 0 else "."))
+        if np.isclose(got, want, rtol=1e-12, atol=0):
+            continue
+        call = f"staleness_aware_lr({num(lr)}, {s}) = {num(got)} is {off_by(got, want)}"
+        if s == 0:
+            raise formula_mismatch(f"{call}: a fresh gradient (staleness 0) keeps the full step lr.", want)
+        twice = as_number(fn(2 * lr, s), f"staleness_aware_lr({num(2 * lr)}, {s})")
+        if not np.isclose(twice, 2 * got, rtol=1e-12, atol=0):
+            raise formula_mismatch(f"{call}, and it does not double when lr doubles: the step is a share of lr, "
+                                   "and the share depends on the staleness only.", want)
+        raise formula_mismatch(f"{call}: a gradient s versions old takes the share 1/(s + 1) of the full step lr, "
+                               "so its step shrinks in proportion to one more than its staleness.", want)
 
 
 @question("ex03_2", points=1, title="Staleness-aware step size", names=("staleness_aware_lr",))
@@ -269,9 +279,19 @@ def check_expected_wait(fn, cases):
     refuse_helpers(fn, cases[0][:3], HARMONIC, "expected_wait")
     for n, b, mu, want in cases:
         got = as_number(fn(n, b, mu), f"expected_wait({n}, {b}, {num(mu)})")
-        assert np.isclose(got, want, rtol=1e-9, atol=0), (
-            f"expected_wait({n}, {b}, {num(mu)}) should be mu (H_(n+b) - H_b) = {num(want)}, got {num(got)}"
-            + (" (with b = 0 it is mu H_n)." if b == 0 else "."))
+        if np.isclose(got, want, rtol=1e-9, atol=0):
+            continue
+        call = f"expected_wait({n}, {b}, {num(mu)}) = {num(got)} is {off_by(got, want)}"
+        twice = as_number(fn(n, b, 2 * mu), f"expected_wait({n}, {b}, {num(2 * mu)})")
+        if not np.isclose(twice, 2 * got, rtol=1e-9, atol=0):
+            raise formula_mismatch(f"{call}, and it does not double when mu doubles: every compute time scales "
+                                   "with the mean mu, so the wait does too.", want)
+        if b == 0:
+            raise formula_mismatch(f"{call}: with no backups the server waits for the slowest of n exponential "
+                                   "workers, mu H_n (H_n = 1 + 1/2 + ... + 1/n, the gaps between finishes).", want)
+        raise formula_mismatch(f"{call}: with b backups the server waits for the n-th of n + b finishes only: "
+                               "the gaps between the first n finishes, mu/(n+b) + mu/(n+b-1) + ... + mu/(b+1), "
+                               "which is mu (H_(n+b) - H_b); the last b finishes are never waited for.", want)
 
 
 @question("ex03_4", points=1, title="Backup workers: the expected wait", names=("expected_wait",))

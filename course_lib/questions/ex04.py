@@ -17,7 +17,9 @@ from course_lib.questions import (
     as_number,
     assert_no_helper,
     call_keeping_inputs,
+    formula_mismatch,
     num,
+    off_by,
     readable,
     refuse_helpers,
     watch_helpers,
@@ -119,7 +121,14 @@ def check_rate(fn, W, want, name, hint=""):
     W = np.asarray(W, dtype=float)
     refuse_helpers(fn, (W,), SPECTRUM, "mixing_rate")
     got = as_number(call_keeping_inputs(fn, (W,), ("W",)), f"mixing_rate of the {name}")
-    assert abs(got - want) < 1e-9, f"for the {name}, r should be {num(want, 9)}, got {num(got, 9)}.{hint}"
+    if abs(got - want) < 1e-9:
+        return
+    if abs(got - 1) < 1e-9:
+        hint = (" 1 is lambda_1, the eigenvalue of the average (the all-ones direction), which mixing keeps as it is: "
+                "r is about the error, the other directions, so it starts from the second largest eigenvalue.")
+    raise formula_mismatch(f"for the {name}, mixing_rate returned {num(got, 9)}, which is {off_by(got, want)}: r is "
+                           "the larger of lambda_2 (the second largest eigenvalue) and |lambda_n| (the magnitude of "
+                           f"the smallest), the slowest factor by which a step shrinks the error.{hint}", want)
 
 
 #: K(3,3) with MH weights 1/4 everywhere: eigenvalues 1, 1/4 (x4), -1/2, so r = |lambda_n| = 1/2.
@@ -132,8 +141,8 @@ def ex04_2(ns):
     fn = ns["mixing_rate"]
     check_rate(fn, ring_matrix(10), 0.8726779962499649, "ring of 10 (weights 1/3)")
     check_rate(fn, K33, 0.5, "complete bipartite graph K(3,3) (weights 1/4)",
-               " Its eigenvalues are 1, 1/4 and -1/2: the most negative eigenvalue shrinks the error slowest, "
-               "so r must look at |lambda_n| too.")
+               " Its smallest eigenvalue is negative and larger in magnitude than lambda_2: the error along it "
+               "flips sign every step and shrinks slowest, so r must look at |lambda_n| too.")
 
 
 # ------------------------------------------------------------------------------ ex04_3
@@ -227,9 +236,14 @@ def check_iterations(fn, cases):
     """``cases``: [(r, eps, the smallest t with r**t <= eps)]."""
     for r, eps, want in cases:
         t = as_int(fn(r, eps), f"iterations_to_reach({num(r)}, {num(eps)})")
-        assert t == want, (
-            f"iterations_to_reach({num(r)}, {num(eps)}) should be {want}, the smallest t with r**t <= eps, got {t}"
-            + (f" (r**{t} = {num(r ** t)}" + (" > eps)." if r ** t > eps else f", but r**{t - 1} <= eps already).")))
+        if t == want:
+            continue
+        call = f"iterations_to_reach({num(r)}, {num(eps)}) = {t}"
+        if t < want:
+            raise formula_mismatch(f"{call} is too few: r**{t} = {num(r ** t)} is still above eps; the answer is the "
+                                   "smallest t with r**t <= eps.", want)
+        raise formula_mismatch(f"{call} is too many: a smaller t already has r**t <= eps (the error reaching eps "
+                               "exactly counts as reached); the answer is the smallest such t.", want)
 
 
 @question("ex04_4", points=2, title="Predict the iterations to reach an error eps", names=("iterations_to_reach",))

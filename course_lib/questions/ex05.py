@@ -20,7 +20,9 @@ from course_lib.questions import (
     as_number,
     as_sequence,
     call_keeping_inputs,
+    formula_mismatch,
     num,
+    off_by,
     refuse_helpers,
     shown,
     worst,
@@ -165,12 +167,14 @@ def assert_crossover(fn, cases):
         args = (p, share, kb, vb)
         got = as_number(call_keeping_inputs(fn, args, ("p", "busiest_share", "key_bytes", "value_bytes")),
                         f"crossover_density{args}")
-        assert abs(got - want) <= 1e-9 * abs(want), (
-            f"with p={p} workers, the busiest server holding a share {num(share)} of the keys, {kb}-byte keys and "
-            f"{vb}-byte values, the crossover density is {num(want)}, got {num(got)}. Count the bytes through the "
-            "busiest rank, sent and received: a worker pulls k keys, gets k values, pushes k keys and k values; "
-            "the busiest server sees a share of every worker's keys (but the busiest rank is at least as busy as "
-            "a worker); a ring allreduce sends and receives 2(p-1)/p n values at every rank.")
+        if abs(got - want) > 1e-9 * abs(want):
+            raise formula_mismatch(
+                f"with p={p} workers, the busiest server holding a share {num(share)} of the keys, {kb}-byte keys and "
+                f"{vb}-byte values, your crossover density {num(got)} is {off_by(got, want)}. It is the density k/n "
+                "at which both move as many bytes through their busiest rank, sent and received: a worker pulls k "
+                "keys, gets k values, pushes k keys and k values; the busiest server sees its share of every "
+                "worker's keys (but the busiest rank is at least as busy as a worker); a ring allreduce sends and "
+                "receives 2(p-1)/p n values at every rank.", want)
 
 
 @question("ex05_5", points=2, title="Parameter server or ring allreduce: the crossover density",

@@ -25,7 +25,9 @@ from course_lib.questions import (
     as_sequence,
     assert_no_helper,
     assert_unchanged,
+    formula_mismatch,
     num,
+    off_by,
     readable,
     shown,
     watch_helpers,
@@ -229,8 +231,19 @@ def check_predicted(f, cases):
         got = f(p, m)
         val = as_number(got, f"predicted_bubble({p}, {m})")
         ok = got == want if isinstance(got, Fraction) else abs(val - float(want)) <= 1e-12
-        assert ok, (f"predicted_bubble({p}, {m}) should be {num(want)}, the fraction of the "
-                    f"stage-time slots that are idle under GPipe; got {num(got)}.")
+        if ok:
+            continue
+        call = f"predicted_bubble({p}, {m}) = {num(got)}"
+        if want == 0:
+            why = "a single stage never waits for another, so its pipeline has no bubble."
+        elif want < 1 and abs(val - float(want / (1 - want))) <= 1e-12:
+            why = ("it divides the idle slots by the busy ones; the bubble fraction is the idle share of all the "
+                   "slots of the schedule.")
+        else:
+            why = ("the bubble is the share of a stage's slots, over the whole GPipe schedule (filling the pipeline, "
+                   "the steady state, draining it), in which the stage is idle: count the schedule's slots and the "
+                   "m in which one stage is busy.")
+        raise formula_mismatch(f"{call} is {off_by(val, float(want))}: {why}", want)
 
 
 @question("ex06_4", points=1, title="Bubble fraction, predicted", names=("predicted_bubble",))

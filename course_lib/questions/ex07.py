@@ -9,7 +9,17 @@ import numpy as np
 
 from course_lib.grading import question
 from course_lib.grading.student import harness
-from course_lib.questions import as_int, as_number, as_sequence, call_keeping_inputs, num, refuse_helpers, shown
+from course_lib.questions import (
+    as_int,
+    as_number,
+    as_sequence,
+    call_keeping_inputs,
+    formula_mismatch,
+    num,
+    off_by,
+    refuse_helpers,
+    shown,
+)
 
 
 # ------------------------------------------------------------------------------ ex07_1
@@ -19,16 +29,31 @@ def assert_bus_bandwidth(fn, nbytes, seconds, p, algbw, busbw):
     got_alg, got_bus = as_sequence(out, 2, "bus_bandwidth's result (algbw, busbw)", kinds=(tuple, list))
     got_alg = as_number(got_alg, "the algorithm bandwidth (bytes per second)")
     got_bus = as_number(got_bus, "the bus bandwidth (bytes per second)")
-    assert np.isclose(got_alg, algbw, rtol=1e-9, atol=0), (
-        f"an allreduce of {num(nbytes)} bytes in {num(seconds)} s has an algorithm bandwidth of "
-        f"{num(algbw)} B/s (bytes / seconds), got {num(got_alg)}.")
-    hint = ""
-    if algbw and np.isclose(got_bus, algbw, rtol=1e-9) and not np.isclose(busbw, algbw):
-        hint = " That is the algorithm bandwidth: multiply it by 2(p-1)/p."
-    elif algbw and np.isclose(got_bus, algbw * 2 * (p - 1), rtol=1e-9) and p > 1:
-        hint = " The factor is 2(p-1)/p, the share of the vector each rank sends in a ring allreduce."
-    assert np.isclose(got_bus, busbw, rtol=1e-9, atol=0), (
-        f"with p={p} ranks the bus bandwidth should be {num(busbw)} B/s, got {num(got_bus)}.{hint}")
+    case = f"an allreduce of {num(nbytes)} bytes per rank in {num(seconds)} s on {p} rank{'s' if p != 1 else ''}"
+    if not np.isclose(got_alg, algbw, rtol=1e-9, atol=0):
+        why = ("the algorithm bandwidth is the rate at which the allreduce delivered the user's data: the bytes "
+               "of the vector over the seconds it took, whatever the algorithm and the number of ranks.")
+        if got_alg and np.isclose(1 / got_alg, algbw, rtol=1e-9):
+            why = "it is seconds per byte, the reciprocal; " + why
+        raise formula_mismatch(f"for {case}, your algorithm bandwidth {num(got_alg)} B/s is "
+                               f"{off_by(got_alg, algbw)}: {why}", algbw)
+    if np.isclose(got_bus, busbw, rtol=1e-9, atol=0):
+        return
+    concept = ("the bus bandwidth is the rate at which each rank's link ran: a ring allreduce makes every rank "
+               "send (and receive) 2(p-1)/p times the vector's bytes, so busbw = algbw * 2(p-1)/p, which can be "
+               "compared with the link's bandwidth whatever p is.")
+    if p == 1:
+        why = "a single rank sends nothing, so its link carries nothing: " + concept
+    elif np.isclose(got_bus, got_alg, rtol=1e-9):
+        why = ("that is the algorithm bandwidth itself, the rate of the user's data; on more than 2 ranks the "
+               "links carry more than that: " + concept)
+    elif np.isclose(got_bus, got_alg * 2 * (p - 1), rtol=1e-9):
+        why = ("it counts 2(p-1) whole vectors per rank, but each step of the ring sends a chunk of n/p bytes: "
+               + concept)
+    else:
+        why = concept
+    raise formula_mismatch(f"for {case}, your bus bandwidth {num(got_bus)} B/s is {off_by(got_bus, busbw)}: {why}",
+                           busbw)
 
 
 @question("ex07_1", points=2, title="Bus bandwidth of an allreduce", names=("bus_bandwidth",))
@@ -44,18 +69,50 @@ def ex07_1(ns):
 
 
 # ------------------------------------------------------------------------------ ex07_2
+def _placement_concept(hosts, n, out, rank, got_host, got_local, host) -> str:
+    """What the first misplaced rank shows of mpiexec's placement: the order of the hosts, the fill of
+    each host's slots before the next, the wrap-around, or how a local rank counts."""
+    total = sum(int(count) for _, count in hosts)
+    if got_host != host:
+        if hosts and got_host == hosts[rank % len(hosts)][0]:
+            return ("it deals the ranks one per host in turn (round robin, mpiexec's -rr); by default mpiexec fills "
+                    "every slot of a host before it moves to the next host.")
+        by_name = [name for name, count in sorted(map(tuple, hosts)) for _ in range(int(count))]
+        if by_name and got_host == by_name[rank % len(by_name)]:
+            return ("it takes the hosts in the order of their names; mpiexec takes them in the order the host file "
+                    "lists them.")
+        return ("ranks fill each host's slots in the host file's order, and wrap around to the first host when "
+                "every slot is taken.")
+    names = [name for name, _ in hosts]
+    if rank >= total:
+        return ("after the wrap-around the local rank keeps counting: it counts every rank already placed on that "
+                "host, not the slot's position on its line.")
+    if names.count(host) > 1:
+        return ("a host listed on two lines is one machine: its local ranks count the ranks placed on it by both "
+                "lines.")
+    return "a rank's local rank counts the ranks placed on the same host before it."
+
+
 def assert_placement(fn, hosts, n, want):
     """``fn(hosts, n)`` must give ``want``: one (host, local_rank) per rank."""
     out = call_keeping_inputs(fn, (hosts, n), ("hosts", "n"))
+    total = sum(int(count) for _, count in hosts)
+    if isinstance(out, (list, tuple)) and len(out) == total < n:
+        raise AssertionError(f"with hosts {shown(hosts)} and n={n}, place_ranks placed {len(out)} ranks, one per "
+                             "slot, and stopped: mpiexec places every rank, wrapping around to the first host when "
+                             "every slot is taken (the hosts are then oversubscribed).")
     if not isinstance(out, (list, tuple)) or len(out) != n:
         raise AssertionError(f"place_ranks should return a list of {n} (host, local_rank) pairs, got {shown(out)}.")
     for rank, (got, (host, local)) in enumerate(zip(out, want)):
         got_host, got_local = as_sequence(got, 2, f"the entry of rank {rank} (host, local_rank)", kinds=(tuple, list))
         got_local = as_int(got_local, f"rank {rank}'s local rank")
-        assert got_host == host and got_local == local, (
-            f"with hosts {shown(hosts)} and n={n}, rank {rank} should run on {host!r} with local rank {local}, "
-            f"got ({shown(got_host)}, {got_local}). Ranks fill each host's slots in order, wrap around to the "
-            "first host when every slot is taken, and a local rank counts the ranks on the same host.")
+        if got_host == host and got_local == local:
+            continue
+        what = "host" if got_host != host else "local rank"
+        raise formula_mismatch(
+            f"with hosts {shown(hosts)} and n={n}, your placement puts rank {rank} at ({shown(got_host)}, "
+            f"{got_local}), the wrong {what}: " + _placement_concept(hosts, n, out, rank, got_host, got_local, host),
+            (host, local))
 
 
 @question("ex07_2", points=2, title="Where mpiexec puts each rank", names=("place_ranks",))
@@ -83,14 +140,22 @@ def assert_ring_seconds(fn, nbytes, p, latency_s, rate_gbit, want):
                                         ("nbytes", "p", "latency_s", "line_rate_gbit")),
                     "ring_allreduce_seconds' result (seconds)")
     beta = 8 / (rate_gbit * 1e9)
-    hint = ""
+    if np.isclose(got, want, rtol=1e-9, atol=0):
+        return
+    hint = (" Count the 2(p-1) messages on the ring's critical path, each paying the latency, and the bytes each "
+            "rank sends, 2(p-1)/p n, at the link's rate in bytes per second.")
     if np.isclose(got, 2 * (p - 1) * latency_s + 2 * (p - 1) / p * nbytes * beta / 8, rtol=1e-6):
         hint = " A line rate in Gb/s is bits: divide by 8 for bytes."
     elif np.isclose(got, 2 * (p - 1) / p * nbytes * beta, rtol=1e-6):
         hint = " The 2(p-1) messages on the critical path each pay the latency."
-    assert np.isclose(got, want, rtol=1e-9, atol=0), (
+    elif np.isclose(got, 2 * (p - 1) * latency_s + 2 * (p - 1) / p * nbytes * 8 / (rate_gbit * 2 ** 30), rtol=1e-6):
+        hint = " A data sheet's giga is 10^9, not 2^30: network rates are decimal."
+    elif np.isclose(got, (p - 1) * latency_s + (p - 1) / p * nbytes * beta, rtol=1e-6):
+        hint = (" That is half the ring: the reduce-scatter alone. An allreduce then allgathers the reduced chunks, "
+                "as many steps and bytes again.")
+    raise formula_mismatch(
         f"a ring allreduce of {num(nbytes)} bytes on {p} ranks over a {num(rate_gbit)} Gb/s link with "
-        f"{num(latency_s)} s latency should take {num(want)} s, got {num(got)}.{hint}")
+        f"{num(latency_s)} s latency: your {num(got)} s is {off_by(got, want)}.{hint}", want)
 
 
 @question("ex07_3", points=2, title="Predict an allreduce on a real link", names=("ring_allreduce_seconds",))

@@ -20,7 +20,9 @@ from course_lib.questions import (
     as_number,
     as_sequence,
     call_keeping_inputs,
+    formula_mismatch,
     num,
+    off_by,
     readable,
     refuse_helpers,
     shown,
@@ -252,14 +254,34 @@ def run_zero_memory(fn, n_ranks, stages=(0, 1, 2, 3)):
     return {"measured": measured, "formula": {s: readable(fn(s, n_ranks)) for s in stages}}
 
 
+#: What each stage shards (mixed precision with Adam: fp16 parameters 2 bytes, fp16 gradients 2,
+#: fp32 master weights, m and v 12 per parameter).
+ZERO_STAGES = {
+    0: "plain data parallel shards nothing: every rank holds the fp16 parameters (2 bytes), the fp16 gradients (2) "
+       "and the fp32 master weights, m and v (12) of every parameter",
+    1: "stage 1 shards the optimizer states (fp32 master weights, m and v, 12 bytes) over the ranks, each rank "
+       "keeping its 1/n of them, and keeps the fp16 parameters and gradients whole",
+    2: "stage 2 shards the fp16 gradients too: only the fp16 parameters stay whole on every rank",
+    3: "stage 3 shards the fp16 parameters too: every byte of model state is split over the ranks",
+}
+
+
+def _zero_concept(got, want, stage, n) -> str:
+    """Why ``got`` bytes per parameter is wrong at ``stage`` on ``n`` ranks: the value's direction, a
+    rounded share, and what the stage shards."""
+    rounded = " (it looks rounded down: a share of bytes over n ranks is a fraction; divide with /)" if (
+        float(got).is_integer() and not float(want).is_integer() and abs(got - want) < 1) else ""
+    return f"{off_by(got, want)}{rounded}: {ZERO_STAGES.get(stage, 'stages run from 0 to 3')}."
+
+
 def assert_zero_formula(fn, cases):
     """``fn(stage, n)`` against literal values: ``cases`` is [(stage, n, bytes per parameter)]."""
     for stage, n, want in cases:
         got = as_number(call_keeping_inputs(fn, (stage, n), ("stage", "n_ranks")),
                         f"zero_bytes_per_param({stage}, {n})")
-        assert np.isclose(got, want, rtol=1e-12, atol=0), (
-            f"stage {stage} on {n} ranks: each rank holds {num(want)} bytes of model state per parameter "
-            f"(fp16 parameters 2, fp16 gradients 2, fp32 master weights, m and v 12), got {num(got)}.")
+        if not np.isclose(got, want, rtol=1e-12, atol=0):
+            raise formula_mismatch(f"zero_bytes_per_param({stage}, {n}) = {num(got)} bytes of model state per "
+                                   f"parameter on each rank is {_zero_concept(got, want, stage, n)}", want)
 
 
 def assert_zero_run(fn, n_ranks):
@@ -267,9 +289,11 @@ def assert_zero_run(fn, n_ranks):
     for stage, per_rank in out["measured"].items():
         got = as_number(out["formula"][stage], f"zero_bytes_per_param({stage}, {n_ranks})")
         for rank, measured in enumerate(per_rank):
-            assert np.isclose(got, measured, rtol=1e-12), (
-                f"stage {stage} on {n_ranks} real workers: rank {rank} held {num(measured)} bytes of model state "
-                f"per parameter (its arrays' nbytes), your formula gives {num(got)}.")
+            if not np.isclose(got, measured, rtol=1e-12):
+                raise formula_mismatch(
+                    f"stage {stage} on {n_ranks} real workers: your formula's {num(got)} bytes per parameter, "
+                    f"against what rank {rank}'s arrays held (their nbytes), is "
+                    f"{_zero_concept(got, measured, stage, n_ranks)}", measured)
 
 
 @question("ex08_4", points=2, title="ZeRO's memory per worker", names=("zero_bytes_per_param",), timeout=15)

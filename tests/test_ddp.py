@@ -196,3 +196,34 @@ def test_a_given_plan_in_model_order_still_trains_right_but_starts_its_buckets_b
     assert run.started_params() == [[[(4, 5, 6, 7), (0, 1, 2, 3)]] * 2] * 3
     expected = ddp.step_traffic(forward, 3)
     assert list(run.stats.bytes.sum(axis=1)) == list(2 * expected.bytes_per_rank)
+
+
+def test_the_small_first_bucket_holds_the_last_parameters_up_to_its_own_cap():
+    layers = mlp.init_deep(ddp.WIDTHS, seed=0)
+    plan = ddp.plan_with_first_bucket(layers)
+    first = plan.buckets[0]
+    # b12 (64 B) + W12 (256 x 16 x 4 = 16,384 B) + b11 (1,024 B) fit in 32 KB; W11 (262 KB) does not
+    assert first.params == (25, 24, 23) and first.nbytes == 64 + 16_384 + 1_024
+    rest = ddp.assign_buckets([a.size * 4 for a in ddp.param_arrays(layers)][:23], ddp.DEFAULT_CAP_BYTES)
+    assert plan.buckets[1:] == rest.buckets
+    assert [q for b in plan.buckets for q in b.params] == list(range(26))[::-1]
+    model_first = overlap.predict_step(layers, 64, ddp.DDPSetup(plan=plan, seconds_per_flop=ddp.SECONDS_PER_FLOP),
+                                       4, ddp.lesson_network())
+    model_default = overlap.predict_step(layers, 64, ddp.DDPSetup(seconds_per_flop=ddp.SECONDS_PER_FLOP), 4,
+                                         ddp.lesson_network())
+    assert model_first.ready[0] < model_default.ready[0]      # communication can start earlier
+
+
+def test_a_small_first_bucket_trains_like_serial_and_starts_talking_after_two_layers():
+    layers = mlp.init_deep(SMALL, seed=1)
+    X, T = mlp.make_data(48, SMALL[0], SMALL[-1], seed=2)
+    plan = ddp.plan_with_first_bucket(layers, first_cap_bytes=4 * 60, cap_bytes=4 * 400)
+    assert plan.buckets[0].params == (7, 6) and len(plan) >= 2
+    setup = ddp.DDPSetup(plan=plan, steps=3)
+    with cl.Cluster(3) as cluster:
+        run = ddp.run_ddp(cluster, layers, X, T, setup)
+    ref = ddp.serial_train(layers, X, T, setup)
+    for r in run.ranks:
+        np.testing.assert_allclose(r.weights, ref, rtol=0, atol=2e-6)
+    expected = ddp.step_traffic(plan, 3, itemsize=4)
+    assert list(run.stats.bytes.sum(axis=1)) == list(setup.steps * expected.bytes_per_rank)

@@ -115,3 +115,55 @@ def test_fp16_moves_half_the_bytes_at_n_5_even_where_the_default_would_switch_al
     assert fp32.allreduce_bytes[0] == 2 * 4 * n_params * 4
     # what the default did: recursive doubling on the fp16 payload, more than the ring's bytes
     assert default16.allreduce_bytes[0] / fp32.allreduce_bytes[0] == pytest.approx(0.625)
+
+
+def test_bf16_round_is_round_to_nearest_even_on_8_significant_bits():
+    """Against the float64 arithmetic: frexp's mantissa in [0.5, 1) times 2^8, rounded half to
+    even (np.round), for normal float32 values of every magnitude fp32 has, ties included."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(20_000) * np.exp2(rng.integers(-110, 110, 20_000))).astype(np.float32)
+    ties = np.float32(1 + 2.0 ** -8) * np.float32([1, -3, 2.0 ** -100])   # exactly halfway between two bf16
+    x = np.concatenate([x, ties, np.float32([1 + 3 * 2.0 ** -8])])
+    m, e = np.frexp(x.astype(np.float64))
+    reference = np.ldexp(np.round(m * 2 ** 8), e - 8)
+    assert np.array_equal(mpx.bf16_round(x).astype(np.float64), reference)
+    assert mpx.bf16_round(np.float32([1 + 2.0 ** -8]))[0] == 1.0                   # tie to the even neighbour
+    assert mpx.bf16_round(np.float32([1 + 3 * 2.0 ** -8]))[0] == 1 + 2.0 ** -6     # and up to the even one
+    assert np.array_equal(mpx.bf16_decode(mpx.bf16_encode(x)), mpx.bf16_round(x))
+    assert mpx.bf16_encode(x).dtype == np.uint16
+
+
+def test_bf16_has_fp32s_range_where_fp16_flushes_to_zero():
+    g = np.float32([1e-9, 3e-20, 1e-37, -2e-8])
+    assert np.all(g.astype(np.float16)[:3] == 0)
+    assert np.all(mpx.bf16_round(g) != 0)
+    assert np.all(np.abs(mpx.bf16_round(g) / g - 1) <= 2.0 ** -8)   # unit roundoff of 8 significant bits
+    assert mpx.bf16_round(np.float32([np.nan]))[0] != mpx.bf16_round(np.float32([np.nan]))[0]
+
+
+def test_bf16_without_loss_scaling_trains_like_fp32_and_moves_fp16s_bytes(runs):
+    """No scaler: nothing underflows (fp16 without scaling loses most entries), the loss follows
+    the single-process fp32 baseline, and the bf16 wire form is 2 bytes an element."""
+    layers, X, T = runs["problem"]
+    with cl.Cluster(2) as cluster:
+        bf16 = mpx.train_data_parallel(cluster, layers, X, T, STEPS, LR, precision="bf16")
+    assert bf16.zero_fraction.max() == 0 and runs["none"].zero_fraction.mean() > 0.5
+    assert not bf16.skipped.any()
+    np.testing.assert_allclose(bf16.losses, runs["serial"], rtol=0.03)
+    assert np.array_equal(bf16.allreduce_bytes, runs["dynamic"].allreduce_bytes)
+
+
+def test_the_bf16_ring_sum_is_the_serial_bf16_sum_of_the_same_values():
+    """Two ranks: a ring allreduce adds the two contributions once, in float32, rounded to bf16."""
+    rng = np.random.default_rng(1)
+    parts = [rng.standard_normal(1000).astype(np.float32) * 1e-12 for _ in range(2)]
+
+    def worker(comm, parts):
+        return mpx.bf16_decode(comm.allreduce(mpx.bf16_encode(parts[comm.rank]), op=mpx.BF16_SUM,
+                                              algorithm="ring"))
+
+    with cl.Cluster(2) as cluster:
+        res = list(cluster.run(worker, parts))
+    expected = mpx.bf16_round(mpx.bf16_round(parts[0]) + mpx.bf16_round(parts[1]))
+    for r in res:
+        assert np.array_equal(r, expected)

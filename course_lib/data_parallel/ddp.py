@@ -83,6 +83,24 @@ def plan_for(layers, cap_bytes: int, itemsize: int = 4) -> BucketPlan:
     return assign_buckets([a.size * itemsize for a in param_arrays(layers)], cap_bytes)
 
 
+#: PyTorch DDP's first bucket: 1 MB (``dist._DEFAULT_FIRST_BUCKET_BYTES``) against 25 MB for the
+#: others, so the first allreduce starts after the last layer or two. Scaled as our cap is:
+#: 800 KB x 1/25 = 32 KB.
+FIRST_BUCKET_BYTES = 32_000
+
+
+def plan_with_first_bucket(layers, first_cap_bytes: int = FIRST_BUCKET_BYTES,
+                           cap_bytes: int = DEFAULT_CAP_BYTES, itemsize: int = 4) -> BucketPlan:
+    """Buckets as PyTorch's DDP makes them: the first (the last parameters, which backward
+    produces first) capped at ``first_cap_bytes``, the others at ``cap_bytes``; each cut by
+    :func:`assign_buckets`, in reverse model order. ``cap_bytes`` of the plan is the larger cap."""
+    sizes = [a.size * itemsize for a in param_arrays(layers)]
+    first = assign_buckets(sizes, first_cap_bytes).buckets[0]
+    rest_count = min(first.params)                       # parameters 0 .. rest_count - 1 remain
+    rest = assign_buckets(sizes[:rest_count], cap_bytes).buckets if rest_count else ()
+    return BucketPlan((first,) + tuple(rest), int(cap_bytes))
+
+
 def param_offsets(layers) -> list[tuple[int, int]]:
     """``[start, end)`` of each parameter in :func:`~.model.flatten_layers`' vector."""
     ends = np.cumsum([0] + [a.size for a in param_arrays(layers)])

@@ -17,6 +17,16 @@ Each step, on every worker:
    see the same reduced gradient, so all skip together); otherwise Adam updates the fp32
    master copy;
 5. update ``S`` by :func:`update_scale`.
+
+bfloat16 (Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training", 2019) keeps fp32's
+8 exponent bits and 7 of its 23 fraction bits: the same range as fp32 (smallest normal
+``2**-126 ~ 1.2e-38``), so gradients that fp16's 5 exponent bits flush to zero survive and no loss
+scaling is needed; the price is precision: 8 significant bits against fp16's 11, a relative
+rounding error up to ``2**-8`` against ``2**-11``, which is why the master weights stay fp32.
+numpy has no bfloat16: it is **emulated** here by rounding a float32 to
+nearest-even on its low 16 bits (:func:`bf16_round`), and sent as the high 16 bits
+(:func:`bf16_encode`), 2 bytes an element, summed by :data:`BF16_SUM` (each partial sum in
+float32, rounded back to bf16, as an fp16 ring sum is).
 """
 from __future__ import annotations
 
@@ -27,10 +37,51 @@ import numpy as np
 from course_lib.data_parallel.model import Adam, flatten_layers, unflatten_layers
 from course_lib.model_parallel.mlp import deep_forward_backward, init_deep, make_data
 from course_lib.reference.ex08 import update_scale as _update_scale  # question ex08_2
+from course_lib.runtime.ops import Op
 
 HALF = np.float16
 FP16_SMALLEST_SUBNORMAL = float(np.finfo(HALF).smallest_subnormal)  # 2**-24
 FP16_MAX = float(np.finfo(HALF).max)                                 # 65504
+BF16_SMALLEST_SUBNORMAL = 2.0 ** -133                                # 7 fraction bits below 2**-126
+BF16_SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)              # 2**-126, as fp32's
+
+
+# ----------------------------------------------------------------------------- bfloat16, emulated
+def bf16_round(x) -> np.ndarray:
+    """``x`` rounded to bfloat16, as float32 values whose low 16 bits are 0 (round to nearest,
+    ties to even, on the bits: add ``0x7FFF`` plus the lowest kept bit, then clear the low half).
+    NaN stays NaN; values above bf16's largest finite number become inf, as in a real cast."""
+    x32 = np.ascontiguousarray(x, dtype=np.float32)
+    bits = x32.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(x32), np.float32(np.nan), rounded).reshape(np.shape(x))
+
+
+def bf16_encode(x) -> np.ndarray:
+    """The 2-byte wire form of bf16: the high 16 bits of :func:`bf16_round` ``(x)``, as uint16."""
+    return (bf16_round(x).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def bf16_decode(u) -> np.ndarray:
+    """float32 values of bf16 numbers in wire form (:func:`bf16_encode`)."""
+    return (np.asarray(u, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _bf16_sum(a, b):
+    """Two bf16 partial sums (wire form) added in float32 and rounded back to bf16."""
+    return bf16_encode(bf16_decode(a) + bf16_decode(b))
+
+
+#: Sum of bf16 arrays in wire form: commutative, so the ring may use it; 2 bytes an element.
+BF16_SUM = Op(_bf16_sum, commute=True, name="sum@bfloat16")
+
+
+def _store_fp16(x) -> np.ndarray:
+    return np.asarray(x).astype(HALF)
+
+
+#: How a 16-bit format stores a value: fp16 as numpy's float16; bf16 emulated (float32 arrays).
+STORE = {"fp16": _store_fp16, "bf16": bf16_round}
 
 
 # ----------------------------------------------------------------------------- the scaling rule
@@ -74,42 +125,43 @@ class DynamicLossScaler:
 
 
 # ----------------------------------------------------------------------------- fp16 forward/backward
-def half_forward(layers16, X16) -> list[np.ndarray]:
-    """Forward in fp16; returns the cache the backward needs: ``[X, a_1, ..., a_L]``.
+def half_forward(layers16, X16, store=_store_fp16) -> list[np.ndarray]:
+    """Forward in 16 bits; returns the cache the backward needs: ``[X, a_1, ..., a_L]``.
 
     ``a_i = tanh(a_{i-1} W_i + b_i)`` (no tanh on the last layer), each product accumulated
-    in fp32 and stored in fp16. Only the layer outputs are kept: tanh' = 1 - tanh^2 is
-    computed from the output, so the pre-activations are not needed."""
-    acts = [np.asarray(X16, dtype=HALF)]
+    in fp32 and stored with ``store`` (fp16, or :func:`bf16_round`). Only the layer outputs are
+    kept: tanh' = 1 - tanh^2 is computed from the output, so the pre-activations are not needed."""
+    acts = [store(X16)]
     last = len(layers16) - 1
     for i, (W, b) in enumerate(layers16):
         h = acts[-1].astype(np.float32) @ W.astype(np.float32) + b.astype(np.float32)
-        acts.append((h if i == last else np.tanh(h)).astype(HALF))
+        acts.append(store(h if i == last else np.tanh(h)))
     return acts
 
 
-def half_backward(layers16, acts, T, scale: float, batch_total: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """fp16 gradients ``[(dW, db), ...]`` of ``S * L``, L = 1/(2B) sum (Y - T)^2, B = ``batch_total``.
+def half_backward(layers16, acts, T, scale: float, batch_total: int,
+                  store=_store_fp16) -> list[tuple[np.ndarray, np.ndarray]]:
+    """16-bit gradients ``[(dW, db), ...]`` of ``S * L``, L = 1/(2B) sum (Y - T)^2, B = ``batch_total``.
 
-    Starts from ``dY = S (Y - T) / B`` rounded to fp16; each layer:
+    Starts from ``dY = S (Y - T) / B`` stored in 16 bits; each layer:
     ``dh = dY * (1 - a^2)``, ``dW = a_in^T dh``, ``db = sum_rows dh``, ``d_in = dh W^T``,
-    computed in fp32 and stored in fp16 (where small values flush to zero)."""
+    computed in fp32 and stored with ``store`` (in fp16 small values flush to zero)."""
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is what the scaler looks for
-        return _half_backward(layers16, acts, T, scale, batch_total)
+        return _half_backward(layers16, acts, T, scale, batch_total, store)
 
 
-def _half_backward(layers16, acts, T, scale, batch_total):
-    """:func:`half_backward`'s body; every ``.astype(HALF)`` is a value stored in fp16."""
+def _half_backward(layers16, acts, T, scale, batch_total, store=_store_fp16):
+    """:func:`half_backward`'s body; every ``store(...)`` is a value stored in 16 bits."""
     Y = acts[-1].astype(np.float32)
-    d = (np.float32(scale) * (Y - np.asarray(T, np.float32)) / np.float32(batch_total)).astype(HALF)
+    d = store(np.float32(scale) * (Y - np.asarray(T, np.float32)) / np.float32(batch_total))
     grads = [None] * len(layers16)
     for i in range(len(layers16) - 1, -1, -1):
         W = layers16[i][0].astype(np.float32)
         d32, a_out = d.astype(np.float32), acts[i + 1].astype(np.float32)
-        dh = (d32 if i == len(layers16) - 1 else d32 * (1 - a_out * a_out)).astype(HALF).astype(np.float32)
+        dh = store(d32 if i == len(layers16) - 1 else d32 * (1 - a_out * a_out)).astype(np.float32)
         a_in = acts[i].astype(np.float32)
-        grads[i] = ((a_in.T @ dh).astype(HALF), dh.sum(0).astype(HALF))
-        d = (dh @ W.T).astype(HALF)
+        grads[i] = (store(a_in.T @ dh), store(dh.sum(0)))
+        d = store(dh @ W.T)
     return grads
 
 
@@ -123,26 +175,34 @@ def half_loss(acts, T, batch_total: int) -> float:
 @dataclass
 class MixedPrecisionState:
     """What one data-parallel worker holds between steps: fp32 master weights, Adam's m and v
-    (12 bytes per parameter), the fp16 working copy and the fp16 gradients (2 + 2)."""
+    (12 bytes per parameter), the 16-bit working copy and the 16-bit gradients (2 + 2).
+
+    ``precision="bf16"`` keeps the working copy and gradients as float32 arrays of bf16 values
+    (emulated: 4 bytes each in this process's memory, 2 on the wire)."""
     master: np.ndarray
     like: list = field(repr=False)
     adam: Adam
     params16: np.ndarray = field(default=None, repr=False)
     grads16: np.ndarray = field(default=None, repr=False)
+    precision: str = "fp16"
 
     @classmethod
-    def from_layers(cls, layers, lr: float) -> MixedPrecisionState:
+    def from_layers(cls, layers, lr: float, precision: str = "fp16") -> MixedPrecisionState:
+        if precision not in STORE:
+            raise ValueError(f"precision must be one of {sorted(STORE)}, got {precision!r}")
         master = flatten_layers(layers, dtype=np.float32)
+        dtype = HALF if precision == "fp16" else np.float32
         return cls(master=master, like=layers, adam=Adam(lr=lr).init(master.size),
-                   params16=master.astype(HALF), grads16=np.zeros(master.size, HALF))
+                   params16=STORE[precision](master), grads16=np.zeros(master.size, dtype), precision=precision)
 
     def forward_backward(self, X, T, scale: float, batch_total: int) -> tuple[float, list]:
-        """Cast master -> fp16 (in place), fp16 forward/backward into ``grads16``; returns
+        """Cast master -> 16 bits (in place), 16-bit forward/backward into ``grads16``; returns
         (this shard's loss, the forward cache)."""
-        self.params16[:] = self.master
+        store = STORE[self.precision]
+        self.params16[:] = store(self.master)
         layers16 = unflatten_layers(self.params16, self.like)
-        acts = half_forward(layers16, np.asarray(X).astype(HALF))
-        self.grads16[:] = flatten_layers(half_backward(layers16, acts, T, scale, batch_total))
+        acts = half_forward(layers16, X, store)
+        self.grads16[:] = flatten_layers(half_backward(layers16, acts, T, scale, batch_total, store))
         return half_loss(acts, T, batch_total), acts
 
     def apply(self, reduced: np.ndarray, scale: float) -> bool:
@@ -204,16 +264,17 @@ def data_parallel_worker(comm, layers, X, T, steps: int, lr: float, precision: s
     """Run on every rank: train on shard ``rank`` of (X, T) for ``steps`` steps.
 
     ``precision="fp16"``: the mixed-precision step of this module (scale 1 if ``scaler`` is None);
-    ``"fp32"``: fp32 forward/backward and an fp32 allreduce. Both allreduce with ``algorithm``
+    ``"bf16"``: the same in emulated bfloat16, allreduced in its 2-byte wire form (:data:`BF16_SUM`);
+    ``"fp32"``: fp32 forward/backward and an fp32 allreduce. All allreduce with ``algorithm``
     (the ring by default), so their bytes compare like with like. Returns (records, final master)."""
     shard = np.array_split(np.arange(len(X)), comm.size)[comm.rank]
     Xs, Ts = X[shard], T[shard]
-    state = MixedPrecisionState.from_layers(layers, lr)
+    state = MixedPrecisionState.from_layers(layers, lr, "bf16" if precision == "bf16" else "fp16")
     records = []
     for _ in range(steps):
         scale = 1.0 if scaler is None or precision == "fp32" else scaler.scale
         with comm.compute(f"{precision} forward/backward"):
-            if precision == "fp16":
+            if precision in STORE:
                 loss, _ = state.forward_backward(Xs, Ts, scale, len(X))
                 grad = state.grads16
             else:
@@ -221,10 +282,13 @@ def data_parallel_worker(comm, layers, X, T, steps: int, lr: float, precision: s
         zeros = float(np.mean(grad == 0))
         before = comm.stats.bytes_sent(comm.rank)
         with np.errstate(over="ignore", invalid="ignore"):  # fp16 sums may overflow: then skip
-            reduced = comm.allreduce(grad, algorithm=algorithm)
+            if precision == "bf16":
+                reduced = bf16_decode(comm.allreduce(bf16_encode(grad), op=BF16_SUM, algorithm=algorithm))
+            else:
+                reduced = comm.allreduce(grad, algorithm=algorithm)
         sent = comm.stats.bytes_sent(comm.rank) - before
         overflow = state.apply(reduced, scale)
-        skipped = scaler.update(overflow) if scaler is not None and precision == "fp16" else overflow
+        skipped = scaler.update(overflow) if scaler is not None and precision in STORE else overflow
         records.append(StepRecord(loss, scale, bool(skipped), zeros, int(sent)))
     return records, state.master
 

@@ -146,14 +146,25 @@ def _assert_new_w(got, partials, n_total, w, lr, want):
     want = np.asarray(want, dtype=float)
     step_want, step_got = want - w, got - w
     m = len(partials)
-    for factor, why in ((n_total, "N times too large: divide the summed partials by N (the number of samples)"),
-                        (1 / m, f"{m} times too small: the partials are sums over rows, so add them up and "
-                                "divide by N only (dividing by the number of workers too averages twice)")):
-        if factor != 1 and not np.allclose(step_want, 0) and np.allclose(step_got, step_want * factor):
-            raise AssertionError(f"your step is {why}; expected the new w {shown(want)}, got {shown(got)}.")
-    assert np.allclose(got, want, rtol=1e-12, atol=1e-12), (
-        f"with {m} partials, N = {n_total} and lr = {num(lr)}, expected the new w = w - lr * (sum of the partials) / N "
-        f"= {shown(want)}, got {shown(got)}.")
+    if np.allclose(got, want, rtol=1e-12, atol=1e-12):
+        return
+    # What the step does wrong, in words: the expected w is not shown (it is the answer worked out).
+    why = None
+    moving = not np.allclose(step_want, 0)
+    for factor, what in ((n_total, "N times too large: the gradient is a mean over the N samples, and the "
+                                   "partials are only sums"),
+                         (1 / m, f"{m} times too small: each partial already sums its shard's rows, so dividing "
+                                 "by the number of workers as well as by N averages twice"),
+                         (-1, "in the wrong direction: a descent step goes against the gradient"),
+                         (1 / lr if lr else 1, "not scaled by the learning rate lr")):
+        if factor != 1 and moving and np.allclose(step_got, step_want * factor):
+            why = f"your step (new w - w) is {what}"
+            break
+    if why is None:
+        why = ("your new w is not one gradient-descent step from w: the full-batch gradient is the mean, over all "
+               "N samples, of the per-sample gradients; the workers' partials are sums over their shards' rows; "
+               "and the step goes against the gradient, scaled by lr")
+    raise AssertionError(f"with {m} partials, N = {n_total} and lr = {num(lr)}: {why} (got {shown(got)}).")
 
 
 @question("ex01_3", points=2, title="The reduce and the update", names=("reduce_update",))

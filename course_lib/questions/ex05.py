@@ -67,9 +67,19 @@ def assert_gate(fn, cases):
         got = call_keeping_inputs(fn, (t, list(clocks), tau), ("t", "clocks", "tau"))
         if not isinstance(got, (bool, np.bool_)):
             raise AssertionError(f"may_read({t}, {list(clocks)}, {tau}) should return a bool, got {shown(got)}.")
-        assert bool(got) == want, (
-            f"a worker at clock t={t} with clocks {list(clocks)} and tau={tau}: may_read should be {want}, got "
-            f"{bool(got)}. The slowest worker may be at most tau iterations behind: min(clocks) >= t - tau.")
+        if bool(got) == want:
+            continue
+        head = f"a worker at clock t={t} with clocks {list(clocks)} and tau={tau}"
+        if got:
+            why = ("may_read lets it read, yet some worker lags it by more than tau iterations. The bounded delay "
+                   "(stale synchronous parallel) bounds the lag of every worker, so the one to watch is the "
+                   "slowest.")
+        elif math.isinf(tau):
+            why = "may_read blocks it, but with tau = inf there is no bound on the delay: the gate never closes."
+        else:
+            why = ("may_read blocks it, yet no worker lags it by more than tau iterations: a lag of exactly tau is "
+                   "still within the bound, and only a lag beyond tau closes the gate.")
+        raise AssertionError(f"{head}: {why}")
 
 
 @question("ex05_2", points=2, title="The bounded-delay gate", names=("may_read",))

@@ -55,8 +55,8 @@ def uneven_and_single(ns):
     partials, w = [rng.standard_normal(6) for _ in range(4)], rng.standard_normal(6)
     inputs = "changes w or the partials in place (return a new w)"
     assert_reduce_update(fn, partials, 101, w, 0.05, reduce_update(partials, 101, w, 0.05),
-                         within=named("wrong when the shards hold unequal numbers of rows (divide the sum by N "
-                                      "only, once)", inputs))
+                         within=named("wrong when the shards hold unequal numbers of rows (the gradient is a mean "
+                                      "over all N samples, and each partial a sum over its shard's rows)", inputs))
     partials = [rng.standard_normal(5)]
     assert_reduce_update(fn, partials, 17, np.zeros(5), 1.0, reduce_update(partials, 17, np.zeros(5), 1.0),
                          within=named("wrong for a single worker", inputs))

@@ -66,7 +66,7 @@ def gate_boundaries(ns):
             call_keeping_inputs(fn, (t, list(clocks), tau), ("t", "clocks", "tau"))
 
     with hidden_property("wrong for clocks at the gate's boundary (the slowest worker just within tau, exactly "
-                         "tau, or just beyond): the gate compares the minimum of the clocks with t - tau"):
+                         "tau, or just beyond): the gate bounds how far the slowest worker lags"):
         gate(cases)
     with hidden_property("wrong for a single worker, or with tau zero and another worker far ahead"):
         gate([(0, [0], 0), (7, [7, 100], 0)])

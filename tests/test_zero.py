@@ -6,13 +6,18 @@ import pytest
 import course_lib as cl
 from course_lib.data_parallel.model import flatten_layers
 from course_lib.data_parallel.zero import (
+    PREFETCH_BACKWARD_S,
+    PREFETCH_FORWARD_S,
+    PREFETCH_LATENCY_S,
     ZeroConfig,
     run_zero,
+    run_zero3_prefetch,
     shard_range,
     zero_bytes_per_param,
     zero_bytes_per_step,
     zero_elements_per_rank,
 )
+from course_lib.data_parallel.zero import prefetch_model as zero3_prefetch_model
 from course_lib.model_parallel.mlp import init_deep
 
 CFG = ZeroConfig(steps=4)          # every layer's size is a multiple of 4: shards are equal
@@ -103,3 +108,31 @@ def test_the_dp_groupings_differ_by_rounding_that_adams_first_step_magnifies():
 def test_bad_stage_is_refused():
     with pytest.raises(ValueError, match="stage"):
         zero_bytes_per_param(4, 2)
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_stage_3_with_prefetch_is_stage_3_bit_for_bit_and_overlaps_only_when_asked(prefetch):
+    """The prefetching step gathers the same shards (direct allgather: N-1 shards per rank, the
+    ring's bytes) and reduce-scatters the same gradients: run_zero's stage 3 after one step, bit
+    for bit, with the same bytes. Its parameter sends run during a backward layer's compute only
+    with prefetch; without it each gather is waited for before its layer computes."""
+    from course_lib.data_parallel import overlap
+
+    cfg = ZeroConfig(steps=1)
+    with cl.Cluster(4) as cluster:
+        reference = run_zero(cluster, 3, cfg)
+        run = run_zero3_prefetch(cluster, cfg, prefetch)
+    assert np.array_equal(run.master, reference.master)
+    assert run.stats.total_bytes == reference.bytes_total
+    for rank, (start, backward_end, _) in enumerate(run.spans):
+        share = overlap.overlap_fraction(run.timeline, rank, start, backward_end)
+        assert (share > 0) == prefetch, (rank, share)
+
+
+def test_the_prefetch_model_hides_every_gather_but_the_first_when_gathers_are_shorter_than_compute():
+    cfg = ZeroConfig(steps=1)
+    L = len(cfg.widths) - 1
+    compute = L * (PREFETCH_FORWARD_S + PREFETCH_BACKWARD_S)
+    without, with_ = zero3_prefetch_model(cfg, 4, False), zero3_prefetch_model(cfg, 4, True)
+    assert without > compute + 2 * L * PREFETCH_LATENCY_S
+    assert compute + PREFETCH_LATENCY_S < with_ < compute + 1.1 * PREFETCH_LATENCY_S

@@ -325,3 +325,163 @@ def run_zero(cluster, stage: int, cfg: ZeroConfig = ZeroConfig(), dp_by_layer: b
     return ZeroRun(stage, len(res), n, cfg.steps, master, losses, [r.memory for r in res],
                    res.stats.total_bytes, res.stats.total_messages,
                    tuple(int(res.stats.bytes_sent(r)) for r in range(len(res))))
+
+
+# -- stage 3 with parameter prefetch (FSDP's forward/backward prefetch) ------------------------
+#: The emulation of :func:`run_zero3_prefetch`: each layer's forward padded to 6 ms and its backward
+#: to 12 ms (twice: dW and d_in), on a network of 4 ms latency and 50 MB/s, so that gathering a
+#: layer's parameters costs two thirds of its forward (emulated; milliseconds, so that a loaded
+#: 2-core machine's scheduling delays do not drown it).
+PREFETCH_FORWARD_S, PREFETCH_BACKWARD_S = 6e-3, 12e-3
+PREFETCH_LATENCY_S, PREFETCH_BANDWIDTH_BPS = 4e-3, 50e6
+
+
+def prefetch_network():
+    """The emulated network of the prefetch demonstration."""
+    from ..runtime.netem import Network
+
+    return Network(latency=PREFETCH_LATENCY_S, bandwidth=PREFETCH_BANDWIDTH_BPS)
+
+
+class _Gather:
+    """A direct allgather of one layer's parameter shards with isend/irecv: each rank sends its
+    shard to each of the N-1 others, (N-1) shards per rank as in a ring allgather, but all at once,
+    so it proceeds in the rank's sender threads while the main thread computes."""
+
+    def __init__(self, comm, shard: np.ndarray, tag: int):
+        self.comm, self.tag = comm, tag
+        others = [r for r in range(comm.size) if r != comm.rank]
+        self.recvs = {r: comm.irecv(source=r, tag=tag) for r in others}
+        self.sends = [comm.isend(shard, r, tag=tag) for r in others]
+        self.own = shard
+
+    def wait(self) -> np.ndarray:
+        parts = {self.comm.rank: self.own}
+        parts.update({r: req.wait() for r, req in self.recvs.items()})
+        for req in self.sends:
+            req.wait()
+        return np.concatenate([parts[r] for r in range(self.comm.size)])
+
+
+def zero3_prefetch_worker(comm, cfg: ZeroConfig, prefetch: bool,
+                          seconds=(PREFETCH_FORWARD_S, PREFETCH_BACKWARD_S)):
+    """One ZeRO stage-3 step (``cfg.steps`` is ignored) whose parameter gathers overlap compute
+    when ``prefetch``: the gather of the next layer's parameters (layer i+1 in forward, i-1 in
+    backward) is started before the current layer computes, as FSDP's forward and backward
+    prefetch do; without it, each gather starts only when its layer is about to compute.
+
+    Each layer's compute is padded (:func:`~course_lib.model_parallel.pipeline.padded_compute`)
+    to ``seconds`` (forward, backward), labelled ``F<i>`` and ``B<i>``. The gradients are
+    reduce-scattered per layer after backward, as :func:`zero_worker` does during it, so the
+    result is :func:`run_zero`'s stage 3 after one step, bit for bit. Returns
+    ``(rank result, (step start, end of backward, step end) in comm.now() seconds)``."""
+    from ..model_parallel.pipeline import padded_compute
+
+    layers = [(W.astype(np.float32), b.astype(np.float32)) for W, b in init_deep(cfg.widths, cfg.seed)]
+    X, T = make_data(cfg.batch, cfg.widths[0], cfg.widths[-1], cfg.data_seed)
+    lo, hi = contiguous_shards(cfg.batch, comm.size)[comm.rank]
+    X, T = X[lo:hi].astype(np.float32), T[lo:hi].astype(np.float32)
+    st = _init_rank(comm, 3, cfg, False, layers)
+    L = len(layers)
+
+    def start(i: int, phase: int) -> _Gather:
+        off, (s, e) = st._shard_offset(i), st.pieces[i]
+        return _Gather(comm, st.params16[off:off + e - s], tag=1000 * phase + i)
+
+    def params_of(flat, i):
+        W, _ = layers[i]
+        return flat[:W.size].astype(np.float32).reshape(W.shape), flat[W.size:].astype(np.float32)
+
+    comm.barrier()
+    t0 = comm.now()
+    acts = [X]
+    pending = start(0, 1)
+    for i in range(L):                                  # forward
+        flat = pending.wait()
+        nxt = (i + 1, 1) if i + 1 < L else (L - 1, 2)  # after the last layer: the first of backward
+        if prefetch:                                    # start the next gather before computing
+            pending = start(*nxt)
+        W, b = params_of(flat, i)
+        acts.append(padded_compute(comm, f"F{i}", seconds[0],
+                                   lambda W=W, b=b, i=i: layer_forward(W, b, acts[-1], i == L - 1)))
+        if not prefetch:                                # only once this layer is done
+            pending = start(*nxt)
+    loss = float(0.5 * np.sum((acts[-1].astype(np.float64) - T) ** 2) / cfg.batch)
+    d = (acts[-1] - T) * np.float32(cfg.loss_scale / cfg.batch)
+    grads = [None] * L
+    for i in range(L - 1, -1, -1):                      # backward
+        flat = pending.wait()
+        if prefetch:
+            pending = start(i - 1, 2) if i > 0 else None
+        W, b = params_of(flat, i)
+        dW, db, d = padded_compute(comm, f"B{i}", seconds[1],
+                                   lambda W=W, i=i, d=d: layer_backward(W, acts[i], acts[i + 1], d, i == L - 1))
+        if not prefetch:
+            pending = start(i - 1, 2) if i > 0 else None
+        grads[i] = np.concatenate([dW.ravel(), db]).astype(np.float16)
+    t_backward = comm.now()
+    for i in range(L - 1, -1, -1):                      # reduce-scatter, in the order backward made them
+        st.gradient_ready(i, grads[i])
+    st.update()
+    t1 = comm.now()
+    return ZeroRankResult(comm.rank, st.master, st.pieces, [loss], st.ledger.peak), (t0, t_backward, t1)
+
+
+@dataclass(frozen=True)
+class PrefetchRun:
+    """:func:`zero3_prefetch_worker` on every rank: the master put back together, each rank's
+    (start, end of backward, end) of the step, the trace and traffic."""
+    prefetch: bool
+    master: np.ndarray
+    spans: list[tuple[float, float, float]]
+    timeline: object = field(repr=False)
+    stats: object = field(repr=False)
+
+    @property
+    def step_seconds(self) -> float:
+        """From the first rank's start to the last rank's end."""
+        return max(e for _, _, e in self.spans) - min(s for s, _, _ in self.spans)
+
+    @property
+    def forward_backward_seconds(self) -> float:
+        """From the first rank's start to the last rank's end of backward: the part prefetch acts on."""
+        return max(b for _, b, _ in self.spans) - min(s for s, _, _ in self.spans)
+
+
+def prefetch_model(cfg: ZeroConfig, n_ranks: int, prefetch: bool, network=None,
+                   seconds=(PREFETCH_FORWARD_S, PREFETCH_BACKWARD_S)) -> float:
+    """Forward + backward time of :func:`zero3_prefetch_worker`, alpha-beta model: a gather of
+    layer i costs g_i = latency + (N-1) x shard bytes / bandwidth (the shards arrive one after the
+    other on the receiver's link). Without prefetch every layer waits for its gather: sum over
+    2L gathers + L (forward + backward). With prefetch the gather of the next layer runs while
+    this one computes, so only what exceeds the compute shows: the first gather, then
+    max(compute_i, g_next) per layer."""
+    net = prefetch_network() if network is None else network
+    sizes = layer_sizes(init_deep(cfg.widths, cfg.seed))
+
+    def gather(i):
+        shard = int(np.ceil(sizes[i] / n_ranks)) * 2
+        return net.latency + (n_ranks - 1) * shard / net.bandwidth
+
+    order = [(i, seconds[0]) for i in range(len(sizes))] + [(i, seconds[1]) for i in reversed(range(len(sizes)))]
+    if not prefetch:
+        return sum(gather(i) + c for i, c in order)
+    total = gather(order[0][0])
+    for k, (_, c) in enumerate(order):
+        total += max(c, gather(order[k + 1][0])) if k + 1 < len(order) else c
+    return total
+
+
+def run_zero3_prefetch(cluster, cfg: ZeroConfig, prefetch: bool, network=None,
+                       seconds=(PREFETCH_FORWARD_S, PREFETCH_BACKWARD_S)) -> PrefetchRun:
+    """One stage-3 step with or without prefetch on ``network`` (default :func:`prefetch_network`)."""
+    res = cluster.run(zero3_prefetch_worker, cfg, prefetch, seconds,
+                      network=prefetch_network() if network is None else network)
+    n = sum(layer_sizes(init_deep(cfg.widths, cfg.seed)))
+    master = np.empty(n, np.float32)
+    for r, _ in res:
+        at = 0
+        for s, e in r.pieces:
+            master[s:e] = r.master[at:at + e - s]
+            at += e - s
+    return PrefetchRun(prefetch, master, [tuple(span) for _, span in res], res.timeline, res.stats)

@@ -99,3 +99,44 @@ def test_start_page_lists_every_lesson_with_its_exercise_and_is_up_to_date():
     for x in lessons.LESSONS:
         assert f"(notebooks/{x.notebook})" in text
         assert (f"(exercises/{x.notebook})" in text) == x.graded
+
+
+def test_make_lab_installs_the_mpi_extra_before_it_opens_the_course():
+    """The lab target depends on the MPI stamp, whose rule installs the ``mpi`` extra and, when that
+    fails, says so and goes on (lesson 07's MPI cells then skip, saying how to install it)."""
+    text = (REPO / "Makefile").read_text()
+    stamp_rule = text.split("\n$(MPI_STAMP):", 1)[1].split("\n\n", 1)[0]
+    assert "pip install" in stamp_rule and '".[mpi]"' in stamp_rule and "|| echo" in stamp_rule
+    assert "mpi" in (REPO / "pyproject.toml").read_text().split("[project.optional-dependencies]", 1)[1]
+
+
+def test_without_mpi_the_lab_says_what_skips_and_how_to_install_it(monkeypatch, capsys):
+    """``python -m course_lib.lab`` prints, before JupyterLab starts, whether lesson 07's MPI cells can
+    run; without mpiexec the message names what skips and the command that installs the extra."""
+    import course_lib.runtime.mpi_backend as mpi_backend
+    from course_lib import lab
+
+    started = []
+    monkeypatch.setattr(lab.os, "execv", lambda path, argv: started.append(argv))
+    monkeypatch.setattr(lab.os, "chdir", lambda path: None)
+    monkeypatch.setattr(mpi_backend, "mpiexec_path", lambda: None)
+    lab.main(["--no-browser"])
+    said = capsys.readouterr().err
+    assert started and started[0][-1] == "--no-browser"
+    assert said.startswith("warning: ") and "lesson 07's MPI cells will skip" in said
+    assert lab.MPI_INSTALL in said and "restart" in said
+    assert lab.mpi_missing_message() in said
+
+    monkeypatch.setattr(mpi_backend, "mpiexec_path", lambda: "/opt/mpich/bin/mpiexec")
+    lab.main([])
+    said = capsys.readouterr().err
+    assert "/opt/mpich/bin/mpiexec" in said and "will run" in said and "warning" not in said
+
+
+def test_lesson_07_tells_a_student_without_mpi_how_to_get_it():
+    """The lesson's first cell prints the lab's message where mpiexec is missing, and its
+    prerequisites say that make lab installs the extra."""
+    nb = nbformat.read(REPO / "notebooks" / "07_beyond_one_machine.ipynb", as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert "mpi_missing_message()" in code[0]
+    assert "`make lab` installs it" in nb.cells[0].source

@@ -30,21 +30,72 @@ def test_the_link_table_covers_the_benchmarks_sizes(ran):
 def test_the_text_leaves_what_depends_on_the_load_to_the_printed_verdicts(ran):
     text = ran.markdown
     assert "which is why it wins on one machine" not in text and "On one machine shared memory wins;" not in text
-    assert "it comes within 3x of MPICH" not in text and "course_lib stays within 3x of MPICH" not in text
-    assert "the cell below prints the verdict" in text
+    # fixed numbers that a run contradicted: course_lib 3.7-21x faster than MPICH, winning at 64 KB and
+    # losing at 16 MB, 14x memcpy's time at 64 KB, MPICH at 9-12.5 us for 4 KB
+    for fixed in ("within 3x", "from 1 MB up** it can be faster", "from about 1 MB up", "close to a one-core memcpy",
+                  "MPICH takes a few microseconds", "more than twice as slow"):
+        assert fixed not in text, fixed
+    assert "beyond the spread of the tries" in text and "the cell below prints, size by size" in text
     assert "is usually the slowest engine" in text and "slowest engine at every size" not in text
     # which scheduling policy finishes first: either can on a shared machine (measured: gang 0.91 s
     # against 1.37 s uncoordinated under load, 0.89 s against 0.39 s on a quieter moment)
     assert "depends on the machine, and the cell prints it for this run" in text
     assert "spend more time inside the allreduce" not in text
+    # gang scheduling ahead of the jobs run alone (0.56 s against 0.65 s on a busy machine) is explained
+    assert "It can even be gang scheduling ahead of the two jobs run **alone**" in text
+
+
+def test_the_machine_load_is_measured_before_the_runs_not_read_from_a_load_average(ran):
+    """A 1-minute load average read after the benchmark mostly counts the benchmark: the notebook
+    measures the cores other processes kept busy, from /proc/stat while it sleeps, before each part."""
+    import inspect
+
+    from course_lib.beyond_one_machine import machine_load
+
+    for name in ("before_benchmark", "background"):
+        seen = ran.values[name]
+        assert seen["source"] in ("/proc/stat", "load average") and 0 <= seen["busy"] <= seen["cpus"], seen
+    code = "\n".join(c.source for c in ran.notebook.cells if c.cell_type == "code")
+    assert "getloadavg" not in code
+    assert code.index("before_benchmark = busy_cores()") < code.index("table = compare(")
+    assert code.index("background = busy_cores()") < code.index("run_jobs(")
+    assert "time.sleep(window)" in inspect.getsource(machine_load.busy_cores)
+
+
+def test_gang_against_alone_is_a_verdict_with_the_waits_that_explain_it(ran):
+    """Gang scheduling once finished two jobs sooner than the same jobs run alone one after the other;
+    the notebook says which finished first on its run, beyond the spread of one run, and the median
+    wait per step alone and gang-scheduled that explains it."""
+    records = [r for r in claims.records(ran.notebook) if r["kind"] == "verdict"]
+    first = [r for r in records if r["numbers"].get("other") == "alone"]
+    waits = [r for r in records if "ms alone" in r["if_true"]]
+    assert len(first) == 2 and len(waits) == 2, [r["text"] for r in records]
+
+
+def test_one_colour_per_engine_in_both_figures(ran):
+    """The line chart and the bar widget take an engine's colour from the module's one mapping."""
+    from course_lib.beyond_one_machine import ENGINE_COLORS, ENGINE_MARKERS, ENGINE_NAMES
+
+    assert ENGINE_COLORS.keys() == ENGINE_MARKERS.keys() == ENGINE_NAMES.keys()
+    assert len(set(ENGINE_COLORS.values())) == len(ENGINE_COLORS)
+    figures = [c.source for c in ran.notebook.cells if c.cell_type == "code"
+               and ("ax.loglog" in c.source or "ax.barh" in c.source)]
+    assert len(figures) == 2
+    for source in figures:
+        assert "ENGINE_COLORS[" in source and "tab:" not in source
 
 
 @needs_mpi
 def test_with_mpi_the_notebook_states_its_verdicts_on_mpich(ran):
-    """Within 3x of MPICH at 4 and 64 KB (p = 2 and 4), faster or slower from 1 MB up: seven
-    verdicts, which the generic test checks against their numbers."""
+    """At every size, p = 2 and 4: which engine was faster beyond the spread of the tries (its median
+    try below the other's best), or neither; the generic test checks each against its numbers."""
     on_mpich = [r for r in claims.records(ran.notebook) if r["kind"] == "verdict" and "MPICH" in r["text"]]
-    assert len(on_mpich) == 7, [r["text"] for r in on_mpich]
+    assert len(on_mpich) == 2 * len(SIZES), [r["text"] for r in on_mpich]
+    for r in on_mpich:
+        n = r["numbers"]
+        ahead_median, behind_best = ((n["shm_median"], n["mpi"]) if n["ahead"] == "course_lib"
+                                     else (n["mpi_median"], n["shm"]))
+        assert r["holds"] == (ahead_median < behind_best), r["text"]
 
 
 def test_the_memcpy_ceiling_is_measured_between_unaliased_buffers():

@@ -129,3 +129,52 @@ def test_under_gang_scheduling_each_jobs_steps_end_inside_its_own_slices():
         assert np.array_equal(job.step_waits(), job.wait.max(axis=0))
         for row in runs[name].results:
             assert np.allclose(row["grad"], 0.5)
+
+
+# -- how busy the machine is, before a measurement (lesson 07's verdicts read it) ---------------------
+def test_busy_cores_counts_the_usable_cpus_not_idle_during_the_window(tmp_path, monkeypatch):
+    """From two /proc/stat snapshots: per usable CPU, 1 - idle / total of the ticks in between
+    (idle and iowait count as idle); CPUs this process may not use are left out."""
+    import os
+
+    from course_lib.beyond_one_machine import machine_load
+
+    def stat(ticks):       # cpu number -> (user, idle, iowait)
+        lines = ["cpu  0 0 0 0 0 0 0 0 0 0"]
+        lines += [f"cpu{c} {u} 0 0 {i} {w} 0 0 0 0 0" for c, (u, i, w) in ticks.items()]
+        return "\n".join(lines) + "\nintr 0\n"
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.write_text(stat({0: (100, 100, 0), 1: (100, 100, 0), 2: (0, 100, 0)}))
+    # over the window: cpu0 75% busy, cpu1 idle (half of it iowait), cpu2 fully busy but not usable
+    second.write_text(stat({0: (175, 125, 0), 1: (100, 150, 50), 2: (100, 100, 0)}))
+    reads = iter([machine_load._cpu_ticks(first), machine_load._cpu_ticks(second)])
+    monkeypatch.setattr(machine_load, "_cpu_ticks", lambda path: next(reads))
+    monkeypatch.setattr(machine_load, "_usable_cpus", lambda: [0, 1])
+    seen = machine_load.busy_cores(window=0.01)
+    assert seen == {"busy": pytest.approx(0.75), "cpus": 2, "source": machine_load.STAT, "window": 0.01}
+
+    monkeypatch.setattr(machine_load, "_cpu_ticks", lambda path: (_ for _ in ()).throw(OSError("no /proc")))
+    fallback = machine_load.busy_cores(window=0.01)
+    assert fallback["source"] == "load average" and fallback["busy"] <= fallback["cpus"]
+    assert fallback["busy"] == pytest.approx(min(os.getloadavg()[0], 2), abs=0.5)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat is Linux's")
+def test_busy_cores_sees_a_process_that_spins_while_it_sleeps():
+    """A process spinning on one usable CPU for the whole window shows as most of a core (on a
+    shared machine others add to it, never take it away)."""
+    import os
+
+    from course_lib.beyond_one_machine import busy_cores
+
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    spinner = subprocess.Popen([sys.executable, "-c", f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+                                "t = time.time()\nwhile time.time() - t < 3: pass"])
+    try:
+        time.sleep(0.5)
+        seen = busy_cores(window=1.0)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert seen["source"] == "/proc/stat" and seen["busy"] >= 0.8, seen

@@ -3,6 +3,8 @@
 * :mod:`.allreduce_benchmark`: allreduce timed side by side by one procedure: course_lib's
   engines (shared memory, ring over Pipes) on a Cluster, MPICH's ``MPI_Allreduce`` under
   ``mpiexec``, and memcpy of the same bytes as the ceiling on one machine.
+* :mod:`.machine_load`: how many cores other processes kept busy just before a measurement
+  (``/proc/stat`` over a short window), the load the lesson's verdicts are read against.
 * :mod:`.gang_scheduling`: jobs sharing the cores: synchronous jobs on real Clusters, run alone,
   time-shared by the OS, or gang-scheduled (SIGSTOP / SIGCONT slices), with their waits recorded.
 
@@ -13,7 +15,11 @@ backend (:mod:`course_lib.runtime.mpi_backend`), the table of real links in
 """
 from .allreduce_benchmark import (
     COURSE_ENGINES,
+    ENGINE_COLORS,
+    ENGINE_MARKERS,
+    ENGINE_NAMES,
     SIZES,
+    clearly_faster,
     compare,
     format_table,
     measure_course,
@@ -30,6 +36,8 @@ from .gang_scheduling import (
     run_jobs,
     sync_job,
 )
+from .machine_load import busy_cores
 
-__all__ = ["COURSE_ENGINES", "SIZES", "compare", "format_table", "measure_course", "measure_memcpy", "measure_mpi",
+__all__ = ["COURSE_ENGINES", "ENGINE_COLORS", "ENGINE_MARKERS", "ENGINE_NAMES", "SIZES", "busy_cores",
+           "clearly_faster", "compare", "format_table", "measure_course", "measure_memcpy", "measure_mpi",
            "POLICIES", "GangScheduler", "JobRun", "JobSpec", "calibrate_work", "pin_ranks", "run_jobs", "sync_job"]

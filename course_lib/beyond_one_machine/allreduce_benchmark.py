@@ -45,6 +45,14 @@ from ..runtime.shm_sync import SpinBarrier, control_words
 
 SIZES = [4 * 2 ** 10, 64 * 2 ** 10, 2 ** 20, 4 * 2 ** 20, 16 * 2 ** 20]   # bytes
 COURSE_ENGINES = ("shm", "shm_pipes", "ring")
+# One name, colour and marker per engine for every figure of lesson 07 (the line chart and the bar
+# widget draw an engine alike); a second process count of the same engine changes the line style or
+# the hatching, never the colour.
+ENGINE_NAMES = {"shm": "shared memory, spin counters", "shm_pipes": "shared memory, Pipe barriers",
+                "ring": "ring over Pipes", "mpi": "MPI_Allreduce (MPICH)", "memcpy": "memcpy (ceiling)"}
+ENGINE_COLORS = {"shm": "tab:blue", "shm_pipes": "tab:orange", "ring": "tab:green", "mpi": "tab:red",
+                 "memcpy": "black"}
+ENGINE_MARKERS = {"shm": "o", "shm_pipes": "s", "ring": "^", "mpi": "D", "memcpy": "x"}
 _MODULE = "course_lib.beyond_one_machine.allreduce_benchmark"   # run by name under mpiexec (--mpi)
 
 
@@ -64,6 +72,13 @@ def timed_tries(call, line_up, tries: int, iters: int) -> list[float]:
             call()
         out.append((time.perf_counter() - t) / iters)
     return out
+
+
+def clearly_faster(a: dict, b: dict) -> bool:
+    """Whether ``a`` (a :func:`summary`) was faster than ``b`` beyond the spread of the tries: its
+    median try beat ``b``'s best try, so more than half of ``a``'s tries were faster than every one of
+    ``b``'s. Closer than that, the difference is within the noise of the tries."""
+    return a["median"] < b["best"]
 
 
 def summary(times) -> dict:

@@ -24,7 +24,7 @@ import json
 import shutil
 import sys
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .lessons import BY_NUMBER
@@ -111,10 +111,12 @@ def build_library(dest, package: Path = PACKAGE) -> Path:
 
 @dataclass
 class RecordedLesson:
-    """A lesson run once with the reference answers: the notebook with its outputs, and per code
+    """A lesson run once with every exercise solved: the notebook with its outputs, and per code
     cell the outputs and values that :mod:`course_lib.replay` shows where an answer is missing."""
     notebook: object        # nbformat NotebookNode, executed
     cells: dict             # course_lib.replay.merge_recording's table
+    seconds: float = 0.0    # how long the lesson's cells took
+    extra_outputs: list = field(default_factory=list, repr=False)   # of the cells run after it
 
 
 def student_env(release: Path, exercises: Path, base: dict | None = None) -> dict:
@@ -129,15 +131,18 @@ def student_env(release: Path, exercises: Path, base: dict | None = None) -> dic
     return env
 
 
-def record_lesson(release: Path, number: str, solutions: Path = ROOT / "solutions",
-                  timeout: int = 600) -> RecordedLesson:
+def record_lesson(release: Path, number: str, solutions: Path = ROOT / "solutions", timeout: float = 600,
+                  env: dict | None = None, extra_cells: tuple = ()) -> RecordedLesson:
     """Execute lesson ``number`` of ``release`` headless, in its own folder, as a student who
     has solved every exercise runs it (the release's library, whose stand-ins run the answers of
     the notebooks in ``solutions``), and record what each cell showed and changed.
 
     The recording is made by the code students run: the release's library and the answers as
     the solution notebooks write them (the same source as ``course_lib/reference``), so what a
-    release lesson replays is what that lesson computes once the exercises are solved."""
+    release lesson replays is what that lesson computes once the exercises are solved.
+    ``env`` is the kernel's base environment (default: this process's); ``extra_cells`` run after
+    the lesson's own cells, in the same kernel, and only their outputs are kept (the tests read
+    the kernel's state with them)."""
     import tempfile
 
     import nbformat
@@ -147,12 +152,19 @@ def record_lesson(release: Path, number: str, solutions: Path = ROOT / "solution
 
     path = Path(release) / "notebooks" / BY_NUMBER[number].notebook
     nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:           # a release notebook may hold an earlier recording's outputs
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    own = len(nb.cells)
+    nb.cells += [nbformat.v4.new_code_cell(source) for source in extra_cells]
     with tempfile.TemporaryDirectory(prefix="course_record_") as folder:
         # the kernel inherits RECORD_ENV; lesson_status() and `import course_lib` read it
-        env = student_env(release, solutions)
-        env[RECORD_ENV] = folder
-        nbrun.execute(nb, path.parent, timeout=timeout, env=env)
-        return RecordedLesson(nb, merge_recording(nb, Path(folder)))
+        kernel_env = student_env(release, solutions, env)
+        kernel_env[RECORD_ENV] = folder
+        seconds = nbrun.execute(nb, path.parent, timeout=timeout, env=kernel_env)
+        extra_outputs = [cell.outputs for cell in nb.cells[own:]]
+        nb.cells = nb.cells[:own]
+        return RecordedLesson(nb, merge_recording(nb, Path(folder)), seconds, extra_outputs)
 
 
 def write_recordings(out: Path, recorded: dict) -> None:

@@ -2,6 +2,7 @@
 and each lesson notebook executed once per test process (``executed_notebook``)."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -169,29 +170,37 @@ class StudentReport:
     answers_used: set
 
 
-def _run(nb, cwd: Path, env: dict, *, allow_errors: bool = False, after: list[str] = ()):
-    """Execute ``nb`` with the ``after`` cells and the value dump appended, as the release's recording
-    run (RECORD_ENV); returns (seconds, load, values, recording, outputs of the ``after`` cells).
-    ``nb`` keeps its own cells, with their outputs."""
+def _run(nb, cwd: Path, env: dict):
+    """Execute ``nb`` with the value dump appended (and, as the release's recording run does,
+    RECORD_ENV set); returns (seconds, load, values, recording). ``nb`` keeps its own cells,
+    with their outputs."""
     n_cells = len(nb.cells)
-    fd, dump = tempfile.mkstemp(suffix=".pkl", prefix="notebook_values_")
-    os.close(fd)
-    nb.cells += [nbformat.v4.new_code_cell(source) for source in after]
-    nb.cells.append(nbformat.v4.new_code_cell(_DUMP_CELL.replace("__DUMP_PATH__", repr(dump))))
-    with tempfile.TemporaryDirectory(prefix="course_record_") as record:
-        env = dict(env, **{RECORD_ENV: record})   # the run is also the release's recording
-        try:
-            load_before = os.getloadavg()[0]
-            seconds = nbrun.execute(nb, cwd, timeout=NOTEBOOK_TIMEOUT_S, allow_errors=allow_errors, env=env)
-            load = max(load_before, os.getloadavg()[0])
-            with open(dump, "rb") as f:
-                values = pickle.load(f)
-        finally:
-            os.unlink(dump)
-        after_outputs = [c.outputs for c in nb.cells[n_cells:n_cells + len(after)]]
+    with _dumped_values() as (dump_cell, read_values), \
+            tempfile.TemporaryDirectory(prefix="course_record_") as record:
+        nb.cells.append(nbformat.v4.new_code_cell(dump_cell))
+        load_before = os.getloadavg()[0]
+        seconds = nbrun.execute(nb, cwd, timeout=NOTEBOOK_TIMEOUT_S, env=dict(env, **{RECORD_ENV: record}))
+        load = max(load_before, os.getloadavg()[0])
+        values = read_values()
         nb.cells = nb.cells[:n_cells]
         recording = merge_recording(nb, Path(record))
-    return seconds, load, values, recording, after_outputs
+    return seconds, load, values, recording
+
+
+@contextlib.contextmanager
+def _dumped_values():
+    """(the source of a last cell that pickles the notebook's top-level values into a temporary
+    file, a function that reads them back)."""
+    fd, dump = tempfile.mkstemp(suffix=".pkl", prefix="notebook_values_")
+    os.close(fd)
+
+    def read():
+        with open(dump, "rb") as f:
+            return pickle.load(f)
+    try:
+        yield _DUMP_CELL.replace("__DUMP_PATH__", repr(dump)), read
+    finally:
+        os.unlink(dump)
 
 
 def _start_method_env(start_method: str, env: dict) -> dict:
@@ -207,35 +216,35 @@ def execute_notebook(path: Path, start_method: str = "default", cells: int | Non
     nb = nbformat.read(path, as_version=4)
     nb.cells = nb.cells[:cells]
     env = _start_method_env(start_method, dict(os.environ))
-    seconds, load, values, recording, _ = _run(nb, path.parent, env)
+    seconds, load, values, recording = _run(nb, path.parent, env)
     return ExecutedNotebook(path, nb, seconds, load, values, recording)
 
 
-def execute_as_student(release: Path, lesson, exercises: Path, start_method: str = "default",
-                       allow_errors: bool = False) -> ExecutedNotebook:
+def execute_as_student(release: Path, lesson, exercises: Path, start_method: str = "default") -> ExecutedNotebook:
     """Execute lesson ``lesson`` of the student release ``release`` headless, as a student runs it:
     in its own folder, with the release's library, whose stand-ins run the answers of the exercise
-    notebooks in ``exercises``. The run is also the lesson's recording (what ``make release`` ships:
-    course_lib.release.record_lesson runs the same way). ``.student`` says what the kernel saw."""
-    from course_lib.release import student_env
+    notebooks in ``exercises``. It is ``make release``'s own recording run
+    (course_lib.release.record_lesson), with two cells appended that report what the kernel saw
+    (``.student``) and dump its values. The load average is read around it."""
+    from course_lib.release import record_lesson
     from course_lib.standin import LOG_ENV
 
-    path = Path(release) / "notebooks" / lesson.notebook
-    nb = nbformat.read(path, as_version=4)
-    for cell in nb.cells:           # a release notebook may already hold a recorded run's outputs
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    with tempfile.TemporaryDirectory(prefix="course_answers_used_") as folder:
+    report_cell = _STUDENT_REPORT_CELL.replace("__LESSON__", repr(lesson.number))
+    with _dumped_values() as (dump_cell, read_values), \
+            tempfile.TemporaryDirectory(prefix="course_answers_used_") as folder:
         log = Path(folder) / "used.log"
-        env = _start_method_env(start_method, student_env(release, exercises, {**os.environ, LOG_ENV: str(log)}))
-        report_cell = _STUDENT_REPORT_CELL.replace("__LESSON__", repr(lesson.number))
-        seconds, load, values, recording, (outputs,) = _run(nb, path.parent, env, allow_errors=allow_errors,
-                                                            after=[report_cell])
+        env = _start_method_env(start_method, {**os.environ, LOG_ENV: str(log)})
+        load_before = os.getloadavg()[0]
+        rec = record_lesson(release, lesson.number, exercises, timeout=NOTEBOOK_TIMEOUT_S, env=env,
+                            extra_cells=(report_cell, dump_cell))
+        load = max(load_before, os.getloadavg()[0])
+        values = read_values()
         used = set(log.read_text().split()) if log.exists() else set()
-    report = next(json.loads(text[len(REPORT_PREFIX):]) for o in outputs
+    report = next(json.loads(text[len(REPORT_PREFIX):]) for o in rec.extra_outputs[0]
                   for text in o.get("text", "").splitlines() if text.startswith(REPORT_PREFIX))
     assert report["course_lib"].startswith(str(release)), f"the lesson imported {report['course_lib']}"
-    ran = ExecutedNotebook(path, nb, seconds, load, values, recording)
+    ran = ExecutedNotebook(Path(release) / "notebooks" / lesson.notebook, rec.notebook, rec.seconds, load,
+                           values, rec.cells)
     ran.student = StudentReport(report["course_lib"], [tuple(r) for r in report["replayed"]], report["status"],
                                 used)
     return ran

@@ -81,6 +81,23 @@ def test_each_region_holds_the_body_of_its_reference_function(lesson):
         assert any(line.strip() for line in region), qid
 
 
+@pytest.mark.parametrize("lesson", LESSONS, ids=[lesson.number for lesson in LESSONS])
+def test_questions_come_in_their_numbers_order(lesson):
+    """In the solution and the exercise, each question's heading, region and check() cell come in the
+    order of the lesson's manifest (ex03_3 before ex03_4), and that order is the order of the numbers."""
+    import re
+
+    assert list(lesson.questions) == sorted(lesson.questions, key=lambda q: int(q.split("_")[1]))
+    for path in (SOLUTIONS / lesson.notebook, EXERCISES / lesson.notebook):
+        text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
+        for pattern in (r"^## (?:Question )?(ex\d\d_\d+)",
+                        r"# BEGIN SOLUTION (ex\d\d_\d+)|NotImplementedError\(\"(ex\d\d_\d+)",
+                        r"check\(\"(ex\d\d_\d+)\"\)"):
+            seen = [next(g for g in m.groups() if g) for m in re.finditer(pattern, text, re.M)]
+            seen = [q for k, q in enumerate(seen) if q not in seen[:k]]
+            assert seen == list(lesson.questions), (path.name, pattern, seen)
+
+
 def test_an_import_is_left_out_only_when_the_notebook_made_it():
     source = inspect.getsource(ex03.apply_update)
     assert "from course_lib.async_ps.records import Record, constant_lr" in source

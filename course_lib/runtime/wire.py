@@ -39,6 +39,7 @@ from __future__ import annotations
 import os
 import pickle
 import select
+import socket
 import struct
 import sys
 import time
@@ -61,13 +62,14 @@ _BIG = 0x7fffffff
 _BIG_MARK = _LEN.pack(-1)
 _IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
 _SMALL_FRAME = 1 << 16  # larger frames are read into one preallocated buffer
-#: A traced send larger than this is written in chunks of this size, each after a check that
-#: the socket has room (a Unix socket polls writable while less than a quarter of its send
-#: buffer, about 200 KiB on Linux, is unread): time blocked on a receiver that does not read
-#: is then seen in the poll, not hidden inside one long write.
-WATCH_CHUNK = 1 << 16
-#: Blocked spells closer together than this are one (the chunk between them copied in less).
-_BLOCKED_MERGE_S = 50e-6
+#: A traced send larger than this is first written without blocking (``MSG_DONTWAIT``), as much as
+#: the socket takes; if that is not all, the wait for room is timed with ``poll``. Time blocked on
+#: a receiver that does not read is then seen, not hidden inside one long write.
+WATCH_MIN = 1 << 16
+#: Room that comes within this is the receiver reading (it frees room within microseconds): the rest
+#: is written at once, as sending. Longer (poll's resolution is a millisecond), the receiver is not
+#: reading: the wait is waiting.
+BLOCKED_MIN_MS = 1
 
 # The descriptor-level path needs POSIX read/write semantics on the Connection's handle.
 _FD_CONNECTION = Connection if sys.platform != "win32" else None
@@ -150,11 +152,11 @@ def _write_frames(fd: int, first: bytes, frames, blocked: list | None = None) ->
 
     ``blocked``, when given (a traced send), receives the ``(start, end)`` perf_counter spells
     the write spent blocked because the receiver had not read what was already sent; a message
-    larger than :data:`WATCH_CHUNK` is then written chunk by chunk to see them.
+    larger than :data:`WATCH_MIN` is then written by :func:`_write_watched` to see them.
     """
     if not frames:
         data = _frame_len(len(first)) + first
-        if blocked is not None and len(data) > WATCH_CHUNK:
+        if blocked is not None and len(data) > WATCH_MIN:
             _write_watched(fd, [data], blocked)
             return
         n = os.write(fd, data)
@@ -165,7 +167,7 @@ def _write_frames(fd: int, first: bytes, frames, blocked: list | None = None) ->
     for f in frames:
         parts.append(_frame_len(f.nbytes))
         parts.append(f)
-    if blocked is not None and sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts) > WATCH_CHUNK:
+    if blocked is not None and sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts) > WATCH_MIN:
         _write_watched(fd, parts, blocked)
     else:
         _write_all(fd, parts)
@@ -188,40 +190,54 @@ def _write_all(fd: int, parts: list) -> None:
 
 
 def _write_watched(fd: int, parts: list, blocked: list) -> None:
-    """``_write_all`` in chunks of at most :data:`WATCH_CHUNK` bytes, each written once the socket
-    polls writable; every wait for that is appended to ``blocked`` as ``(start, end)``.
+    """``_write_all``, seeing the waits for a receiver that does not read.
 
-    A closed peer makes the poll return at once and the write raise, as an unwatched write would.
+    ``sendmsg(..., MSG_DONTWAIT)`` writes what the socket takes. If that is not all, ``poll`` waits
+    for room: room within :data:`BLOCKED_MIN_MS` means the receiver is reading, and the rest is
+    written by one blocking ``_write_all`` (as fast as without the watch); a longer wait is
+    appended to ``blocked`` as ``(start, end)`` (perf_counter), and the loop goes on.
+
+    The socket object wraps ``fd`` without owning it (detached after), and MSG_DONTWAIT applies to
+    the call only: the descriptor stays blocking for everyone else. A closed peer makes the poll
+    return at once and the write raise, as a plain write would. A descriptor that is not a socket
+    is written as by :func:`_write_all` (no wait is seen).
     """
-    poller = select.poll()
-    poller.register(fd, select.POLLOUT)
-    views = [memoryview(p).cast("B") for p in parts]
-    i = 0
-    while i < len(views):
-        if not poller.poll(0):  # no room: the receiver has not read what was sent before
-            start = time.perf_counter()
-            poller.poll()
-            end = time.perf_counter()
-            if blocked and start - blocked[-1][1] < _BLOCKED_MERGE_S:
-                blocked[-1] = (blocked[-1][0], end)
-            else:
-                blocked.append((start, end))
-        batch, room = [], WATCH_CHUNK
-        for v in views[i:i + _IOV_MAX]:
-            batch.append(v[:room])
-            room -= len(batch[-1])
-            if room <= 0:
-                break
-        n = os.writev(fd, batch)
-        while n and i < len(views):  # skip what was written; resume mid-buffer
-            if n >= len(views[i]):
-                n -= len(views[i])
-                i += 1
-            else:
-                views[i] = views[i][n:]
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        _write_all(fd, parts)
+        return
+    try:
+        if sock.gettimeout() is not None:  # a socket.setdefaulttimeout() made it non-blocking: undo that
+            sock.settimeout(None)
+        views = [memoryview(p).cast("B") for p in parts]
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        i = 0
+        while i < len(views):
+            try:
+                n = sock.sendmsg(views[i:i + _IOV_MAX], (), socket.MSG_DONTWAIT)
+            except BlockingIOError:
                 n = 0
-        while i < len(views) and len(views[i]) == 0:  # empty frames (none are sent, but be safe)
-            i += 1
+            while n and i < len(views):  # skip what was written; resume mid-buffer
+                if n >= len(views[i]):
+                    n -= len(views[i])
+                    i += 1
+                else:
+                    views[i] = views[i][n:]
+                    n = 0
+            while i < len(views) and len(views[i]) == 0:
+                i += 1
+            if i == len(views):
+                return
+            start = time.perf_counter()
+            if poller.poll(BLOCKED_MIN_MS):  # room at once: the receiver is reading
+                _write_all(fd, views[i:])
+                return
+            poller.poll()  # the receiver is not reading: wait until it makes room
+            blocked.append((start, time.perf_counter()))
+    finally:
+        sock.detach()
 
 
 def _read_exact(fd: int, n: int, first: bool = False) -> bytes:

@@ -90,7 +90,7 @@ def crossover_density(p, busiest_share, key_bytes, value_bytes):
 
 
 def sgd_worker_loop(kv, keys, update, depend):
-    """One worker's ``len(keys)`` SGD iterations as asynchronous tasks (Li et al., OSDI 2014, section 3.2).
+    """One worker's ``len(keys)`` SGD iterations as asynchronous tasks (Li et al., OSDI 2014, section 3.4).
 
     Iteration ``t``: wait for the read of ``keys[t]``, push ``update(t, w)``, then ``kv.advance()``;
     the pull of ``t + 1`` depends on push ``t`` (``depend``) or overlaps the gradient of ``t``."""

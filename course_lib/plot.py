@@ -23,7 +23,7 @@ def label_group(label: str) -> str:
 
 def timeline(run, ax=None, kinds=("compute", "send", "recv", "wait"), title: str | None = None,
              labels: bool | None = None, ranks=None):
-    """Draw one row per rank: compute (dark), send (orange), recv (green), wait (light grey).
+    """Draw one row per rank: compute (dark blue), send (orange), recv (green), wait (light grey).
 
     ``run`` is a :class:`~course_lib.runtime.cluster.RunResult`, a Timeline or a list of events.
     Each instant of a rank's run is drawn in exactly one kind (:meth:`Timeline.exclusive`: where
@@ -33,7 +33,7 @@ def timeline(run, ax=None, kinds=("compute", "send", "recv", "wait"), title: str
 
     Compute phases labelled by the program (``comm.compute("F0")``, ``"B0"``, ...) get one colour
     per group of labels (the label without its numbers) when there are two to six groups; the
-    legend gives each kind's share of the drawn ranks' time. A phase narrower than
+    legend gives each kind's share of the drawn ranks' time. A phase shorter than
     :data:`MIN_WIDTH` of the axis is drawn that wide, and the legend says so. ``labels``: write
     each compute label on its bar (True), never (False), or where it fits (None, the default).
     """
@@ -76,12 +76,13 @@ def timeline(run, ax=None, kinds=("compute", "send", "recv", "wait"), title: str
                 width = max(e.duration, min_width) if kind != "wait" else max(e.duration, 1e-9)
                 widened |= kind != "wait" and e.duration < min_width
                 bars.setdefault(e.rank, []).append((e.start, width))
+            # a hatch is drawn in the edge colour: a tint of the bar's, so a thin bar shows no white lines
+            edge = _tint(colour) if hatch else "none"
             for rank, spans in bars.items():
                 ax.broken_barh(spans, (row[rank] - 0.4, 0.8), facecolors=colour, hatch=hatch or None,
-                               edgecolor="white" if hatch else "none", linewidth=0,
-                               zorder=1 if kind == "wait" else 2)
+                               edgecolor=edge, linewidth=0, zorder=1 if kind == "wait" else 2)
             text = f"{name} ({share:.0%})" if share >= 0.005 or not phases else f"{name} (<1%)"
-            handles.append(Patch(facecolor=colour, hatch=hatch or None, edgecolor="white" if hatch else colour,
+            handles.append(Patch(facecolor=colour, hatch=hatch or None, edgecolor=edge if hatch else colour,
                                  label=text))
 
     if labels is not False and "compute" in kinds:
@@ -90,7 +91,7 @@ def timeline(run, ax=None, kinds=("compute", "send", "recv", "wait"), title: str
     ax.set_yticklabels([f"rank {r}" for r in ranks])
     ax.set_ylim(len(ranks) - 0.5, -0.5)
     ax.set_xlabel("time since the run started (s)")
-    note = f"share of the ranks' time\n(bars under {MIN_WIDTH:.1%} of the axis\ndrawn that wide)" if widened \
+    note = f"share of the ranks' time\n(phases under {MIN_WIDTH:.1%} of the run\ndrawn that wide)" if widened \
         else "share of the ranks' time"
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8,
               title=note, title_fontsize=7, alignment="left")
@@ -100,13 +101,36 @@ def timeline(run, ax=None, kinds=("compute", "send", "recv", "wait"), title: str
     return ax
 
 
+def _tint(colour: str, amount: float = 0.45):
+    """``colour`` mixed with white (``amount`` of white)."""
+    from matplotlib.colors import to_rgb
+
+    return tuple(c + (1 - c) * amount for c in to_rgb(colour))
+
+
 def _write_labels(ax, phases, row, span: float, always: bool) -> None:
-    """Write each compute phase's label on its bar: all of them, or (``always`` False) where it fits."""
-    axis_inches = ax.get_position().width * ax.figure.get_figwidth()
-    for e in phases:
-        if not e.label or e.duration <= 0:
-            continue
-        # a 7-point character is about 0.055 inch wide: write the label only where it fits
-        if always or e.duration / span * axis_inches >= 0.055 * len(e.label) + 0.05:
-            ax.text(e.start + e.duration / 2, row[e.rank], e.label, ha="center", va="center",
-                    fontsize=7, color="white", clip_on=True, zorder=3)
+    """Write each compute phase's label on its bar: all of them, or (``always`` False) where it fits.
+
+    A label is shown only while its bar lies wholly inside the x range, and (unless ``always``) fits
+    at the range's scale: a caller that zooms with ``set_xlim`` after drawing gets the labels that fit
+    there, and none cut in half at the edge.
+    """
+    phases = [e for e in phases if e.label and e.duration > 0]
+    # a 7-point character is about 0.055 inch wide
+    needed = {id(e): 0.055 * len(e.label) + 0.05 for e in phases}
+    if not always and len(phases) > 400:  # too many to keep: only those that fit the whole run
+        inches = ax.get_position().width * ax.figure.get_figwidth()
+        phases = [e for e in phases if e.duration / span * inches >= needed[id(e)]]
+    texts = [(ax.text(e.start + e.duration / 2, row[e.rank], e.label, ha="center", va="center", fontsize=7,
+                      color="white", clip_on=True, zorder=3), e) for e in phases]
+
+    def show(axes):
+        lo, hi = axes.get_xlim()
+        inches = axes.get_position().width * axes.figure.get_figwidth()
+        for text, e in texts:
+            inside = lo <= e.start and e.end <= hi
+            fits = always or e.duration / max(hi - lo, 1e-12) * inches >= needed[id(e)]
+            text.set_visible(inside and fits)
+
+    ax.callbacks.connect("xlim_changed", show)
+    show(ax)

@@ -109,7 +109,20 @@ def test_timeline_draws_labels_as_groups_and_short_phases_visibly():
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     # shares of the ranks' busy time (1.0 s + 0.9 s): B 0.5 s, F 0.401 s
     assert legend[:2] == ["compute: B (backward) (26%)", "compute: F (forward) (21%)"], legend
-    assert "bars under" in ax.get_legend().get_title().get_text()      # the 1 ms compute was widened
+    assert "phases under" in ax.get_legend().get_title().get_text()      # the 1 ms compute was widened
     drawn = [bar for coll in ax.collections for bar in coll.get_paths()]
     assert len(drawn) == 5   # F0, F1, B1, the wait and the send's part after the compute
+    plt.close(fig)
+
+
+def test_timeline_shows_a_label_only_where_its_bar_is_whole_in_view():
+    import matplotlib.pyplot as plt
+
+    events = [Event(0, "compute", 0.0, 1.0, "F0"), Event(0, "compute", 1.0, 2.0, "B0")]
+    fig, ax = plt.subplots(figsize=(8, 2))
+    plot.timeline(events, ax=ax)
+    shown = lambda: sorted(t.get_text() for t in ax.texts if t.get_visible())  # noqa: E731
+    assert shown() == ["B0", "F0"]
+    ax.set_xlim(0.5, 2.0)          # F0 is cut by the edge: its label would be cut too
+    assert shown() == ["B0"]
     plt.close(fig)

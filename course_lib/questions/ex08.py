@@ -149,10 +149,20 @@ def assert_scaling_sequence(fn, growth_interval, steps, start, factors=None):
         assert bool(got_skip) == want_skip, (
             f"{where}: skip_step should be {want_skip}, got {shown(got_skip)}. A step whose gradient holds inf or "
             "nan must not touch the weights; any other step is applied.")
+        # what this step should do to the scale and the count, in words (the rule, not the numbers)
+        if overflow:
+            rule = ("an overflow means the scale was too large: it backs off (times backoff_factor), and the count "
+                    "of clean steps in a row restarts at 0")
+        elif want_scale != scale:
+            rule = ("this clean step completes growth_interval clean steps in a row: the scale grows (times "
+                    "growth_factor), and the count restarts at 0")
+        else:
+            rule = ("a clean step is counted; the scale changes only on an overflow, or once the clean steps in a "
+                    "row reach growth_interval")
         assert as_number(got_scale, "new_scale") == want_scale, (
-            f"{where}: the new scale should be {num(want_scale)}, got {num(got_scale)}.")
+            f"{where}: your new scale {num(got_scale)} is wrong: {rule}.")
         assert as_int(got_clean, "new_clean_steps") == want_clean, (
-            f"{where}: the clean-step count should become {want_clean}, got {shown(got_clean)}.")
+            f"{where}: your clean-step count {shown(got_clean)} is wrong: {rule}.")
         scale, clean = want_scale, want_clean
 
 

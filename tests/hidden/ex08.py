@@ -72,8 +72,8 @@ def other_intervals_factors_and_a_real_run(ns):
             steps.append((bool(flag), want))
             scale, clean = want[0], want[1]
         with hidden_property(kind, (("skip_step should be", "whether the step is skipped"),
-                            ("the new scale should be", "the new scale"),
-                            ("the clean-step count should become", "the clean-step count"))):
+                            ("your new scale", "the new scale"),
+                            ("your clean-step count", "the clean-step count"))):
             assert_scaling_sequence(fn, interval, steps, start, factors)
     # the rule drives the scaler of a real 2-worker fp16 run: every skip halves the next step's scale
     out = run_scaled_training(fn, 40, 3)

@@ -393,6 +393,9 @@ def test_recomputation_gives_the_same_gradients_and_holds_only_stage_inputs(kind
         labels = [e.label for e in res.timeline if e.kind == "compute"]
         assert sum(x.startswith("R") for x in labels) == (p * m if rc else 0)
         assert sum(x.startswith("F") for x in labels) == sum(x.startswith("B") for x in labels) == p * m
+        for r in res:      # the CPU its ops took: recomputation only where asked for
+            assert r["cpu_seconds"].keys() == {"F", "R", "B"} and r["cpu_seconds"]["F"] > 0 < r["cpu_seconds"]["B"]
+            assert (r["cpu_seconds"]["R"] > 0) == rc
     for s, (lo, hi) in enumerate(mp.stage_layers(len(layers), p)):
         held = m if kind == "gpipe" else min(m, p - s)
         inputs = layers[lo][0].shape[0]

@@ -309,6 +309,15 @@ class _Stage:
         return d
 
 
+def _cpu_timed(cpu_seconds: dict, kind: str, fn):
+    """``fn()``, adding the CPU time this thread spent in it to ``cpu_seconds[kind]``: what an op
+    costs, which a busy machine does not stretch (its wall time counts the turns of other processes)."""
+    t0 = time.thread_time()
+    out = fn()
+    cpu_seconds[kind] += time.thread_time() - t0
+    return out
+
+
 def pipeline_step(comm, layers, X, T, m: int, schedule: str = "gpipe",
                   t_f: float = 0.0, t_b: float = 0.0, recompute: bool = False):
     """One forward+backward of the layer stack, pipelined over all ranks.
@@ -317,7 +326,8 @@ def pipeline_step(comm, layers, X, T, m: int, schedule: str = "gpipe",
     Only stage 0 reads X and only the last stage reads T (everybody gets them here for
     simplicity; a real pipeline loads them where needed). Returns this stage's layer
     range, its gradients, the loss (last stage; else None), the peak number of stashed
-    micro-batches, the peak bytes of stashed activations and the bytes it sent.
+    micro-batches, the peak bytes of stashed activations, the bytes it sent and the CPU seconds
+    its forwards, recomputations and backwards took (``cpu_seconds``, keys F, R, B).
 
     Each forward runs in a compute phase labelled ``F<i>``, each backward in one labelled
     ``B<i>``, padded to ``t_f`` and ``t_b`` seconds when those are given (emulated compute).
@@ -340,11 +350,13 @@ def pipeline_step(comm, layers, X, T, m: int, schedule: str = "gpipe",
     stage = _Stage(layers, lo, hi)
     rows = np.array_split(np.arange(B), m)
     stash, peak, peak_bytes, total_loss, in_flight = {}, 0, 0, 0.0, []
+    cpu_seconds = {"F": 0.0, "R": 0.0, "B": 0.0}
     sent0 = comm.stats.bytes_sent(s)
     for op, i in stage_ops(schedule, p, m, s):
         if op == "F":
             a = X[rows[i]] if s == 0 else comm.recv(source=s - 1, tag=TAG_ACT)
-            acts = padded_compute(comm, f"F{i}", t_f, functools.partial(stage.forward, a))
+            acts = padded_compute(comm, f"F{i}", t_f,
+                                  functools.partial(_cpu_timed, cpu_seconds, "F", functools.partial(stage.forward, a)))
             stash[i] = acts[:1] if recompute else acts      # recomputation keeps the stage's input only
             peak, peak_bytes = max(peak, len(stash)), max(peak_bytes, stash_bytes(stash))
             if s < p - 1:
@@ -352,21 +364,23 @@ def pipeline_step(comm, layers, X, T, m: int, schedule: str = "gpipe",
             continue
         acts = stash.pop(i)
         if recompute:
-            acts = padded_compute(comm, f"R{i}", t_f, functools.partial(stage.forward, acts[0]))
+            acts = padded_compute(comm, f"R{i}", t_f, functools.partial(
+                _cpu_timed, cpu_seconds, "R", functools.partial(stage.forward, acts[0])))
         if s == p - 1:
             Y, Ti = acts[-1], T[rows[i]]
             total_loss += float(0.5 * np.sum((Y - Ti) ** 2) / B)
             d = (Y - Ti) / B      # 1/B of the whole batch: micro-batch grads add up
         else:
             d = comm.recv(source=s + 1, tag=TAG_GRAD)
-        d_in = padded_compute(comm, f"B{i}", t_b, functools.partial(stage.backward, acts, d))
+        d_in = padded_compute(comm, f"B{i}", t_b, functools.partial(
+            _cpu_timed, cpu_seconds, "B", functools.partial(stage.backward, acts, d)))
         if s > 0:
             in_flight.append(comm.isend(d_in, s - 1, tag=TAG_GRAD))
     for request in in_flight:
         request.wait()
     return {"layers": (lo, hi), "grads": stage.grads, "loss": total_loss if s == p - 1 else None,
             "peak_stash": peak, "peak_stash_bytes": int(peak_bytes),
-            "bytes_sent": int(comm.stats.bytes_sent(s) - sent0),
+            "bytes_sent": int(comm.stats.bytes_sent(s) - sent0), "cpu_seconds": cpu_seconds,
             "param_bytes": int(sum(W.nbytes + b.nbytes for W, b in stage.mine))}
 
 

@@ -7,6 +7,7 @@ lazy import cannot hide a dependency.
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 
 import networkx as nx
@@ -54,6 +55,12 @@ def _all_modules() -> dict[str, pathlib.Path]:
 
 
 def import_graph() -> nx.DiGraph:
+    """The graph of course_lib's imports (a fresh copy: callers may edit it; parsed once)."""
+    return _parsed_import_graph().copy()
+
+
+@functools.lru_cache(maxsize=1)
+def _parsed_import_graph() -> nx.DiGraph:
     g = nx.DiGraph()
     for name, path in _all_modules().items():
         g.add_node(name)

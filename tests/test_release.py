@@ -209,26 +209,9 @@ def test_table_agrees_with_the_question_modules():
         assert (REPO / "exercises" / name).is_file() and (SOLUTIONS / name).is_file()
 
 
-def _qparams():
-    from course_lib.reference import QUESTIONS
-
-    return [pytest.param(qid, marks=getattr(pytest.mark, qid), id=qid) for qid in QUESTIONS]
-
-
-@pytest.mark.parametrize("qid", _qparams())
-def test_reference_answers_pass_their_questions(qid):
-    """Each reference is an answer: it passes its question's visible and hidden checks."""
-    import importlib
-
-    from course_lib.grading import get_question, load_lesson, run_question
-    from course_lib.grading.registry import DEFAULT_HIDDEN_DIR
-    from course_lib.reference import QUESTIONS, lesson_of, module_name
-
-    load_lesson(lesson_of(qid), hidden_dir=DEFAULT_HIDDEN_DIR, with_hidden=True)
-    name = QUESTIONS[qid]
-    fn = getattr(importlib.import_module(module_name(lesson_of(qid))), name)
-    res = run_question(get_question(qid), {name: fn}, hidden=True, timeout=60)
-    assert res.passed, f"{qid}: the reference {name} does not pass: {res.message}"
+# That each reference answer passes its question's checks is tested once, on the solution notebooks'
+# answers (tests/test_checks.py::test_solution_passes_visible_and_hidden_checks), which are written
+# from the references (tests/test_one_source.py).
 
 
 def test_release_has_no_solutions_tests_or_their_lines(release):

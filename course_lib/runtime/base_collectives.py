@@ -302,6 +302,12 @@ def reduce_scatter_ring(t, x, op):
     p - 1 steps it holds chunk r complete (lesson 02 draws it: ``message_rounds.holdings``)."""
     need_array(x, "ring")
     need_commute(op, "ring")
+    return _ring_reduce_scatter_chunks(t, x, op)[t.rank]
+
+
+def _ring_reduce_scatter_chunks(t, x, op) -> list:
+    """The ring reduce-scatter's p - 1 steps; returns the p chunks as this rank holds them after
+    (chunk r complete, the others partial): the allreduce goes on from there."""
     p, r = t.size, t.rank
     flat = x.reshape(-1)
     b = chunk_bounds(flat.size, p)
@@ -311,7 +317,7 @@ def reduce_scatter_ring(t, x, op):
         out, inc = (r - s - 1) % p, (r - s - 2) % p
         got = t.sendrecv(chunks[out], right, left)
         chunks[inc] = op(got, chunks[inc])
-    return chunks[r]
+    return chunks
 
 
 def scan_recursive_doubling(t, obj, op, exclusive=False):
@@ -359,14 +365,9 @@ def allreduce_ring(t, x, op):
     need_array(x, "ring")
     need_commute(op, "ring")
     p, r = t.size, t.rank
-    flat = x.reshape(-1)
-    b = chunk_bounds(flat.size, p)
-    chunks = [flat[b[i]:b[i + 1]] for i in range(p)]
+    chunks = _ring_reduce_scatter_chunks(t, x, op)
     right, left = (r + 1) % p, (r - 1) % p
-    for s in range(p - 1):                          # reduce-scatter
-        out, inc = (r - s - 1) % p, (r - s - 2) % p
-        chunks[inc] = op(t.sendrecv(chunks[out], right, left), chunks[inc])
-    for s in range(p - 1):                          # allgather
+    for s in range(p - 1):                          # allgather: pass the complete chunks on
         out, inc = (r - s) % p, (r - s - 1) % p
         chunks[inc] = t.sendrecv(chunks[out], right, left)
     return np.concatenate(chunks).reshape(x.shape) if p > 1 else x.copy()

@@ -1,6 +1,7 @@
 """Checkpoints: the server saves (w, iteration, losses so far) every k iterations.
 
-Seed 001 asks whether a crashed job must restart from the very beginning. It need not:
+Source note 001 (README, "Source notes") asks whether a crashed job must restart from the very
+beginning. It need not:
 gradient descent's whole state is (w_t, t), so a job restarted from the last checkpoint
 computes exactly the same iterations again and ends at the same w, bit for bit.
 Writes are atomic (write to a temporary file, then ``os.replace``), so a crash while

@@ -22,9 +22,11 @@ setup: $(STAMP)
 # The optional MPI backend (mpi4py + MPICH from the package index) for the MPI tests;
 # if it cannot be installed, those tests skip with a message.
 MPI_STAMP := $(VENV)/.installed-mpi
+# The stamp is written only when the install worked, so the next `make lab` or `make test` tries again.
 $(MPI_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e ".[mpi]" || echo "warning: the mpi extra could not be installed; MPI tests will skip"
-	touch $(MPI_STAMP)
+	@if $(BIN)/python -m pip install --quiet -e ".[mpi]"; then touch $(MPI_STAMP); else \
+		echo "warning: the mpi extra (mpi4py, mpich) could not be installed: lesson 07's MPI cells" \
+		     "and the MPI tests will skip, saying why; make lab or make test tries again"; fi
 
 # JupyterLab at the course's root (notebooks/ and exercises/ both reachable), opening on START_HERE.ipynb;
 # with the MPI extra, so that lesson 07's MPI cells run (they skip, saying why, where it cannot install).

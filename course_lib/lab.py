@@ -28,7 +28,7 @@ def mpi_missing_message() -> str:
     """What a student reads where MPI is missing: what skips, and how to install the extra."""
     return ("The MPI extra (mpi4py and MPICH) is not installed in this environment, so lesson 07's MPI "
             "cells will skip. `make lab` installs it when the package index can be reached; to try again, "
-            f"run `{MPI_INSTALL}` in the course's folder (or delete .venv/.installed-mpi and run `make lab`), "
+            f"run `make lab` again (it retries) or `{MPI_INSTALL}` in the course's folder, "
             "then restart the notebook's kernel.")
 
 

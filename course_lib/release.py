@@ -222,9 +222,9 @@ setup: $(STAMP)
 # The optional MPI backend (mpi4py + MPICH) for lesson 07's MPI cells; they skip, saying why, without it.
 MPI_STAMP := $(VENV)/.installed-mpi
 $(MPI_STAMP): $(STAMP)
-\t$(BIN)/python -m pip install --quiet -e ".[mpi]" || \\
-\t\techo "warning: the mpi extra could not be installed; lesson 07's MPI cells will skip"
-\ttouch $(MPI_STAMP)
+\t@if $(BIN)/python -m pip install --quiet -e ".[mpi]"; then touch $(MPI_STAMP); else \\
+\t\techo "warning: the mpi extra (mpi4py, mpich) could not be installed: lesson 07's MPI cells" \\
+\t\t     "will skip, saying why; make lab tries again"; fi
 
 # JupyterLab at the course's root (notebooks/ and exercises/ both reachable), opening on START_HERE.ipynb.
 lab: $(STAMP) $(MPI_STAMP)

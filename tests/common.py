@@ -2,6 +2,7 @@
 and each lesson notebook executed once per test process (``executed_notebook``)."""
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib.util
 import json
@@ -17,7 +18,7 @@ import nbformat
 import pytest
 
 from course_lib import claims, nbrun
-from course_lib.replay import RECORD_ENV, merge_recording
+from course_lib.replay import RECORD_ENV, changed_names, merge_recording, python_only
 from course_lib.runtime.mpi_backend import mpiexec_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -140,6 +141,36 @@ class ExecutedNotebook:
     def errors(self) -> list[str]:
         return [f"{o.ename}: {o.evalue}" for c in self.notebook.cells if c.cell_type == "code"
                 for o in c.outputs if o.output_type == "error"]
+
+
+def _incoming_and_bound(source: str) -> tuple[set, set]:
+    """(the names a cell reads from the namespace, the names it binds or changes there). A name
+    the cell itself assigns (or a function of it takes as a parameter) is not read from the
+    namespace; a function defined in the cell reads what its body loads."""
+    try:
+        tree = ast.parse(python_only(source))
+    except SyntaxError:
+        return set(), set()
+    loads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    assigned |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return loads - assigned, changed_names(source) | defined
+
+
+def cells_reached(nb, starts) -> list[int]:
+    """The code cells whose results can depend on the cells ``starts(index, cell)`` picks, in order:
+    those, then every later cell that reads a name one of the reached cells bound or changed. A
+    test that varies only what the start cells see need not run the notebook past the last of them."""
+    reached, tainted = [], set()
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        reads, binds = _incoming_and_bound(cell.source)
+        if starts(i, cell) or reads & tainted:
+            reached.append(i)
+            tainted |= binds
+    return reached
 
 
 def line(ran, start: str) -> str:

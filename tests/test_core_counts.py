@@ -19,16 +19,14 @@ Three parts:
 """
 from __future__ import annotations
 
-import ast
 import re
 
 import nbformat
 import pytest
 
 from course_lib import probe
-from course_lib.replay import changed_names, python_only
 
-from common import EXERCISES, NOTEBOOKS, REPO, SOLUTIONS, execute_notebook, line
+from common import EXERCISES, NOTEBOOKS, REPO, SOLUTIONS, cells_reached, execute_notebook, line
 
 CORE_COUNTS = (1, 16)
 
@@ -179,33 +177,10 @@ READS_CORES = re.compile(r"usable_cores|measured_parallelism|effective_paralleli
                          r"CORES_VARIABLE|COURSE_USABLE_CORES")
 
 
-def _incoming_and_bound(source: str) -> tuple[set, set]:
-    """(the names a cell reads from the namespace, the names it binds or changes there). A name
-    the cell itself assigns (or a function of it takes as a parameter) is not read from the
-    namespace; a function defined in the cell reads what its body loads."""
-    try:
-        tree = ast.parse(python_only(source))
-    except SyntaxError:
-        return set(), set()
-    loads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    assigned |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
-    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    return loads - assigned, changed_names(source) | defined
-
-
 def cells_the_core_count_reaches(nb) -> list[int]:
     """The code cells whose results can depend on the core count, in order: those that read it
     (READS_CORES), then every later cell that reads a name one of them bound or changed."""
-    reached, tainted = [], set()
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
-        reads, binds = _incoming_and_bound(cell.source)
-        if READS_CORES.search(cell.source) or reads & tainted:
-            reached.append(i)
-            tainted |= binds
-    return reached
+    return cells_reached(nb, lambda _, cell: READS_CORES.search(cell.source))
 
 
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.stem)

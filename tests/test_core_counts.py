@@ -74,6 +74,7 @@ ALLOWED_OS_READS = {
     "course_lib/runtime/shm_sync.py": "spin or yield: needs the CPUs this process really has",
     "course_lib/beyond_one_machine/allreduce_benchmark.py": "binds rank r to a real CPU id",
     "course_lib/beyond_one_machine/gang_scheduling.py": "binds rank r to a real CPU id",
+    "course_lib/beyond_one_machine/machine_load.py": "how busy the CPUs this process may run on really are",
     "course_lib/grade.py": "how many notebooks the grader runs at once",
 }
 OS_READ = re.compile(r"cpu_count\s*\(|sched_getaffinity|multiprocessing\.cpu_count|psutil\.cpu_count")

@@ -7,11 +7,18 @@ which notebooks the per-question tests grade (default: ``solutions/`` when it ex
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
-from common import ExecutedNotebook, execute_notebook
+# nbformat imports jsonschema, whose format checker imports rfc3987_syntax when it is installed
+# (JupyterLab's jupyter-events brings it), and that module builds 38 parsers when imported: about
+# 1.3 s in every test process. The tests validate no IRI, so it is left out of the test processes
+# (jsonschema skips a format whose module does not import); kernels and servers are not affected.
+sys.modules.setdefault("rfc3987_syntax", None)
+
+from common import ExecutedNotebook, execute_notebook  # noqa: E402 - after the line above
 
 #: mpi4py's own unittest files, run on a Cluster by tests/test_mpi4py_contract.py, not by pytest.
 collect_ignore = ["mpi4py_suite"]

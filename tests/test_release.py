@@ -279,6 +279,23 @@ def test_release_reference_is_only_stand_ins(release):
     assert not copies, "\n".join(copies)
 
 
+# The ring allreduce's whole alpha-beta-gamma time, ex02_4's answer, as the library wrote it in
+# its cost table: "2(p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma" (spaces and "p - 1" vary).
+RING_TIME = re.compile(r"2\s*\(\s*p\s*-\s*1\s*\)\s*alpha[^\n]*beta[^\n]*gamma")
+
+
+def test_release_states_no_formula_answer(release):
+    """A question whose answer is a formula is not answered by a docstring, a comment or a cost
+    table of the library students get: the ring allreduce's time (ex02_4) appears nowhere in it."""
+    from course_lib import costs
+
+    assert RING_TIME.search("2(p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma")  # the pattern finds it
+    assert ("allreduce", "ring") not in costs.FORMULAS
+    found = [f"{path.relative_to(release)}:{i}" for path in sorted((release / "course_lib").rglob("*.py"))
+             for i, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if RING_TIME.search(text)]
+    assert not found, f"the ring allreduce's time (ex02_4's answer) is written in {found}"
+
+
 # -- (c) every library function tried as every answer ------------------------------------------------
 
 @pytest.mark.sweep  # about a minute on 2 cores: `make test-all`

@@ -2,8 +2,8 @@
 
 Every collective of the communicator works with this module alone, with no lesson imported.
 Each algorithm here is written once, with its cost row (time formula as text, seconds, rounds,
-exact traffic) beside it (but for the ring allreduce's seconds, a question of lesson 02 that
-lesson 02 attaches), and registered into :mod:`.registry` when this module is imported
+exact traffic) beside it (but for the ring allreduce's time, question ex02_4 of lesson 02, whose
+answer lesson 02 attaches), and registered into :mod:`.registry` when this module is imported
 (:mod:`.collective_api` imports it for :data:`DEFAULTS`). Lesson 02
 (:mod:`course_lib.collectives`) teaches these same algorithms: its modules import them from
 here, so there is one home per algorithm, and register only the variants the runtime does not
@@ -24,7 +24,7 @@ alltoall pairwise           (p-1) alpha + (p-1)/p n beta                 always
 reduce binomial             lg p (alpha + n beta + n gamma)              always
 reduce_scatter ring         (p-1) alpha + (p-1)/p n (beta + gamma)       always
 allreduce recursive_doubl.  lg p (alpha + n beta + n gamma)              below 64 KiB, any object
-allreduce ring              2(p-1) alpha + 2 (p-1)/p n beta + ...        from 64 KiB, commutative op
+allreduce ring              exercise ex02_4 (2(p-1) steps)               from 64 KiB, commutative op
 allreduce rabenseifner      2 lg p alpha + 2 (p-1)/p n beta + ...        from 64 KiB, other ops
 scan / exscan rec. doubl.   lg p (alpha + n beta + n gamma)              always
 ==========================  ===========================================  ==========================
@@ -566,9 +566,10 @@ ROWS = [
                                      lambda p, n, a, b, c, lg2: (lg2 * (a + n * b + n * c) + (a + n * b + n * c)
                                                                  + (a + n * b))),
               rounds=lambda p: sum(folded_rounds(p)), traffic=_allreduce_recursive_doubling_traffic),
-    # seconds: none here. The ring's time is question ex02_4, answered once in course_lib.reference,
-    # which the runtime does not import: lesson 02 attaches it (registry.attach_seconds).
-    Algorithm("allreduce", "ring", allreduce_ring, "2(p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma",
+    # No time here, as formula or seconds: the ring's time is question ex02_4, answered once in
+    # course_lib.reference, which the runtime does not import (and the student release replaces by
+    # the student's own answer); lesson 02 attaches the seconds (registry.attach_seconds).
+    Algorithm("allreduce", "ring", allreduce_ring, None,
               rounds=lambda p: 2 * (p - 1), traffic=_allreduce_ring_traffic),
     Algorithm("allreduce", "rabenseifner", allreduce_rabenseifner, "2 lg p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma",
               seconds=folded_seconds(_rabenseifner_pow2, _rabenseifner_folded),

@@ -146,8 +146,8 @@ LESSONS = (
     Lesson("08", "data_parallelism_in_practice",
            'Data parallelism as it is practised: memory, overlapped buckets, mixed precision, ZeRO',
            time='50 / 35 min', package='data_parallel',
-           questions=('ex08_1', 'ex08_2', 'ex08_3', 'ex08_4'),
-           uses=('ex02_4', 'ex08_1', 'ex08_2', 'ex08_4'),
+           questions=('ex08_1', 'ex08_2', 'ex08_3', 'ex08_4', 'ex08_5'),
+           uses=('ex02_4', 'ex08_1', 'ex08_2', 'ex08_4', 'ex08_5'),
            tests=('test_dp_model.py', 'test_dp_memory.py', 'test_mixed_precision.py', 'test_iallreduce.py',
                   'test_ddp.py', 'test_zero.py', 'test_compression.py', 'test_lesson08.py'),
            summary=(

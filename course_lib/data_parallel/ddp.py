@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from course_lib.reference.ex08 import assign_buckets as _assign_buckets  # question ex08_1
+from course_lib.reference.ex08 import reduce_in_buckets as _reduce_in_buckets  # question ex08_5
 
 from .. import costs
 from ..model_parallel import mlp
@@ -152,60 +153,92 @@ def backward_flops(layers, batch: int) -> list[int]:
     return [4 * batch * W.shape[0] * W.shape[1] for W, _ in layers]
 
 
-class BucketReducer:
-    """Takes gradients as backward makes them; with ``overlap`` starts a bucket's non-blocking
-    ring allreduce (``comm.iallreduce``) the moment its last gradient arrives, else allreduces
-    the buckets one by one after backward. :meth:`finish` returns the summed flat gradient."""
+def ddp_forward_backward(comm, layers, X, T, pad_seconds):
+    """Forward now; backward as it runs in DDP. Returns ``(loss, gradients)``: the local loss
+    1/(2 B_local) sum (Y - T)^2, and a generator of ``(q, gradient of parameter q)`` in the order
+    backward makes them, b before W from the last layer down (the reverse of the model order).
 
-    def __init__(self, comm, plan: BucketPlan, offsets, overlap: bool):
-        self.comm, self.plan, self.offsets, self.overlap = comm, plan, offsets, overlap
-        self._where = plan.bucket_of()
-        self._grads: list[dict] = [{} for _ in plan.buckets]
-        self._requests: dict[int, object] = {}
-        self.started: list[tuple[int, float]] = []   # (bucket, comm.now()) in the order started
-
-    def add(self, q: int, grad: np.ndarray) -> None:
-        i = self._where[q]
-        self._grads[i][q] = grad
-        if self.overlap and len(self._grads[i]) == len(self.plan.buckets[i].params):
-            self.started.append((i, self.comm.now()))
-            self._requests[i] = self.comm.iallreduce(self._flat(i), algorithm="ring")
-
-    def _flat(self, i: int) -> np.ndarray:
-        return np.concatenate([self._grads[i][q].ravel() for q in self.plan.buckets[i].params])
-
-    def finish(self, n_params: int, dtype) -> np.ndarray:
-        out = np.empty(n_params, dtype=dtype)
-        for i, bucket in enumerate(self.plan.buckets):
-            if self.overlap:
-                summed = self._requests[i].wait()
-            else:
-                self.started.append((i, self.comm.now()))
-                summed = self.comm.allreduce(self._flat(i), algorithm="ring")
-            at = 0
-            for q in bucket.params:   # scatter the bucket back into the model's layout
-                start, end = self.offsets[q]
-                out[start:end] = summed[at:at + end - start]
-                at += end - start
-        return out
-
-
-def ddp_backward(comm, layers, X, T, reducer: BucketReducer, pad_seconds) -> float:
-    """Forward, then backward layer by layer from the last, handing each gradient to the
-    reducer as soon as it exists (b before W: the reverse of the model order). Returns the
-    local loss 1/(2 B_local) sum (Y - T)^2."""
+    The generator computes layer i's backward (padded to ``pad_seconds[i]``, emulated compute)
+    only when asked for its first gradient: whoever consumes it overlaps communication with
+    backward only by starting that communication before asking for the next gradient."""
     with comm.compute("forward"):
         acts = [X]
         for i, (W, b) in enumerate(layers):
             acts.append(mlp.layer_forward(W, b, acts[-1], i == len(layers) - 1))
     loss = float(0.5 * np.sum((acts[-1] - T) ** 2) / X.shape[0])
-    d = (acts[-1] - T) / X.shape[0]
-    for i in reversed(range(len(layers))):
-        dW, db, d = padded_compute(comm, f"B{i}", pad_seconds[i], lambda i=i, d=d: mlp.layer_backward(
-            layers[i][0], acts[i], acts[i + 1], d, i == len(layers) - 1))
-        reducer.add(2 * i + 1, db)
-        reducer.add(2 * i, dW)
-    return loss
+
+    def backward():
+        d = (acts[-1] - T) / X.shape[0]
+        for i in reversed(range(len(layers))):
+            dW, db, d = padded_compute(comm, f"B{i}", pad_seconds[i], lambda i=i, d=d: mlp.layer_backward(
+                layers[i][0], acts[i], acts[i + 1], d, i == len(layers) - 1))
+            yield 2 * i + 1, db
+            yield 2 * i, dW
+
+    return loss, backward()
+
+
+def reduce_after_backward(comm, grads, buckets, offsets, n_params):
+    """The baseline without overlap: all of backward first (``grads`` drained), then each bucket's
+    blocking ring allreduce, in the order of ``buckets``. The sum over ranks, flat (``offsets[q]``
+    is parameter q's ``[start, end)``), in the gradients' dtype.
+
+    Its step costs backward + sum_i c_i; question ex08_5 (:func:`course_lib.reference.ex08.reduce_in_buckets`)
+    starts each c_i as soon as its bucket is complete instead."""
+    everything = dict(grads)                                   # runs the whole backward
+    dtype = next(iter(everything.values())).dtype if everything else np.float32
+    flat_sum = np.zeros(n_params, dtype=dtype)
+    for members in buckets:
+        lengths = [offsets[q][1] - offsets[q][0] for q in members]
+        summed = comm.allreduce(np.concatenate([everything[q].ravel() for q in members]), algorithm="ring")
+        for q, piece in zip(members, np.split(summed, np.cumsum(lengths)[:-1])):
+            flat_sum[offsets[q][0]:offsets[q][1]] = piece
+    return flat_sum
+
+
+class StartRecorder:
+    """The communicator as a step's reducer sees it: every call passes through to ``comm``, and
+    each ``allreduce``/``iallreduce`` is recorded as ``(bucket, comm.now())`` in :attr:`started`.
+
+    The bucket is named by what the call carries: the first not yet started whose gradients,
+    all made by backward already (:meth:`watch`), are the numbers sent (in the bucket's order,
+    or in any order). A call that carries no bucket (a whole vector, a single parameter of a
+    larger bucket) is not recorded."""
+
+    def __init__(self, comm, buckets, offsets):
+        self._comm, self._buckets = comm, [list(b) for b in buckets]
+        self._sizes = [sum(offsets[q][1] - offsets[q][0] for q in b) for b in self._buckets]
+        self._made: dict = {}
+        self.started: list[tuple[int, float]] = []
+
+    def watch(self, grads):
+        """``grads``, remembering every gradient as it passes."""
+        for q, grad in grads:
+            self._made[q] = grad
+            yield q, grad
+
+    def __getattr__(self, name):
+        return getattr(self._comm, name)
+
+    def allreduce(self, sendobj, *args, **kwargs):
+        self._record(sendobj)
+        return self._comm.allreduce(sendobj, *args, **kwargs)
+
+    def iallreduce(self, sendobj, *args, **kwargs):
+        self._record(sendobj)
+        return self._comm.iallreduce(sendobj, *args, **kwargs)
+
+    def _record(self, sendobj) -> None:
+        at = self._comm.now()
+        sent = np.asarray(sendobj).ravel()
+        done = {i for i, _ in self.started}
+        for i, members in enumerate(self._buckets):
+            if i in done or self._sizes[i] != sent.size or not all(q in self._made for q in members):
+                continue
+            mine = np.concatenate([np.asarray(self._made[q]).ravel() for q in members])
+            if np.array_equal(sent, mine) or np.array_equal(np.sort(sent), np.sort(mine)):
+                self.started.append((i, at))
+                return
 
 
 @dataclass(frozen=True)
@@ -231,26 +264,35 @@ def _optimizer_step(setup: DDPSetup, adam, w: np.ndarray, g: np.ndarray) -> None
         adam.step(w, g)
 
 
-def ddp_train(comm, layers, X, T, setup: DDPSetup) -> RankResult:
+def ddp_train(comm, layers, X, T, setup: DDPSetup, reduce_fn=None) -> RankResult:
     """Runs on every rank: ``setup.steps`` data-parallel steps on rows ``rank`` of p of (X, T)
-    in float32; the averaged gradient (sum over ranks / p) equals the full batch's."""
+    in float32; the averaged gradient (sum over ranks / p) equals the full batch's.
+
+    Each step's gradients go, as backward makes them, to ``reduce_fn(comm, grads, buckets,
+    offsets, n_params)``, which returns their sum over ranks: by default question ex08_5's
+    overlapped bucketed allreduce (:func:`course_lib.reference.ex08.reduce_in_buckets`), or with
+    ``setup.overlap`` False the blocking baseline :func:`reduce_after_backward`."""
     p = comm.size
     if X.shape[0] % p:
         raise ValueError(f"the batch of {X.shape[0]} rows does not split evenly over {p} ranks")
+    if reduce_fn is None:
+        reduce_fn = _reduce_in_buckets if setup.overlap else reduce_after_backward
     rows = slice(comm.rank * X.shape[0] // p, (comm.rank + 1) * X.shape[0] // p)
     Xr, Tr = X[rows].astype(np.float32), T[rows].astype(np.float32)
     w = dpm.flatten_layers(layers, np.float32)
     plan, offsets = setup.plan_of(layers), param_offsets(layers)
+    buckets = [list(b.params) for b in plan.buckets]
     pad = [setup.seconds_per_flop * f for f in backward_flops(layers, Xr.shape[0])]
     adam = dpm.Adam(lr=setup.lr).init(w.size) if setup.optimizer == "adam" else None
     out = RankResult(w)
     for _ in range(setup.steps):
         comm.barrier()
-        reducer = BucketReducer(comm, plan, offsets, setup.overlap)
         start = comm.now()
-        loss = ddp_backward(comm, dpm.unflatten_layers(w, layers), Xr, Tr, reducer, pad)
-        g = reducer.finish(w.size, np.float32) / np.float32(p)
-        out.steps.append(StepRecord(start, comm.now(), tuple(reducer.started), loss))
+        loss, grads = ddp_forward_backward(comm, dpm.unflatten_layers(w, layers), Xr, Tr, pad)
+        recorder = StartRecorder(comm, buckets, offsets)
+        summed = reduce_fn(recorder, recorder.watch(grads), buckets, offsets, w.size)
+        g = np.asarray(summed, dtype=np.float32) / np.float32(p)
+        out.steps.append(StepRecord(start, comm.now(), tuple(recorder.started), loss))
         _optimizer_step(setup, adam, w, g)
     return out
 
@@ -296,8 +338,9 @@ def lesson_network():
     return Network(latency=LATENCY_S, bandwidth=BANDWIDTH_BPS)
 
 
-def run_ddp(cluster, layers, X, T, setup: DDPSetup, network=None) -> DDPRun:
-    """:func:`ddp_train` on every worker of ``cluster`` (with ``network`` for this run)."""
+def run_ddp(cluster, layers, X, T, setup: DDPSetup, network=None, reduce_fn=None) -> DDPRun:
+    """:func:`ddp_train` on every worker of ``cluster`` (with ``network`` for this run; the
+    gradients summed by ``reduce_fn``, see :func:`ddp_train`)."""
     kwargs = {} if network is None else {"network": network}
-    res = cluster.run(ddp_train, layers, X, T, setup, **kwargs)
+    res = cluster.run(ddp_train, layers, X, T, setup, reduce_fn, **kwargs)
     return DDPRun(list(res), setup.plan_of(layers), res.stats, res.timeline)

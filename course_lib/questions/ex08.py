@@ -5,9 +5,15 @@ ex08_2  update_scale(scale, clean_steps, found_overflow, growth_interval, growth
                                                                one step of dynamic loss scaling
 ex08_3  shard_range(n_params, n_ranks, rank)                   the chunk comm.reduce_scatter leaves on rank
 ex08_4  zero_bytes_per_param(stage, n_ranks)                   ZeRO's model-state bytes per parameter per rank
+ex08_5  reduce_in_buckets(comm, grads, buckets, offsets, n_params)
+                                                               DDP's step: each bucket's ring allreduce started
+                                                               the moment backward completes it
 
-Questions 1, 3 and 4 are also checked on real runs: buckets allreduced with ``comm.iallreduce``
-while backward goes on, a real ``comm.reduce_scatter``, and ZeRO runs whose arrays are measured.
+Questions 1, 3 and 4 are also checked on real runs: the buckets of a real backward, a real
+``comm.reduce_scatter``, and ZeRO runs whose arrays are measured. Question 5 runs on real workers
+with a real backward: a communicator that records each ``comm.iallreduce`` (how many gradients
+backward had made when it started, what it carried, when it was waited for), the bytes every rank
+sent, and a short training run against serial training.
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import numpy as np
 from course_lib.grading import question
 from course_lib.grading.student import harness
 from course_lib.questions import (
+    as_array,
     as_int,
     as_number,
     as_sequence,
@@ -26,6 +33,7 @@ from course_lib.questions import (
     readable,
     refuse_helpers,
     shown,
+    worst,
 )
 
 CHECK_TIMEOUT = 8.0  # seconds a check's cluster run may take (they take well under one)
@@ -62,17 +70,23 @@ def assert_buckets(fn, param_nbytes, cap_bytes, want):
 
 
 def _ddp_worker(comm, layers, X, T, groups):
-    """One data-parallel step whose buckets are ``groups``: each bucket's ring allreduce starts
-    (``comm.iallreduce``) as soon as backward has made all its gradients."""
+    """One data-parallel step whose buckets are ``groups``: the order in which a real backward
+    completes the buckets, and the gradient averaged by a ring allreduce per bucket."""
     from course_lib.data_parallel import ddp
 
-    sizes = [a.nbytes for a in ddp.param_arrays(layers)]
-    plan = ddp.BucketPlan(tuple(ddp.Bucket(tuple(g), sum(sizes[q] for q in g)) for g in groups), 1)
     rows = np.array_split(np.arange(len(X)), comm.size)[comm.rank]
-    reducer = ddp.BucketReducer(comm, plan, ddp.param_offsets(layers), overlap=True)
-    ddp.ddp_backward(comm, layers, X[rows], T[rows], reducer, [0.0] * len(layers))
-    grad = reducer.finish(sum(a.size for a in ddp.param_arrays(layers)), np.float32) / np.float32(comm.size)
-    return [int(i) for i, _ in reducer.started], grad
+    _, grads = ddp.ddp_forward_backward(comm, layers, X[rows], T[rows], [0.0] * len(layers))
+    where = {q: i for i, g in enumerate(groups) for q in g}
+    missing = [len(g) for g in groups]
+    completed, made = [], []
+    for q, grad in grads:
+        made.append((q, grad))
+        missing[where[q]] -= 1
+        if missing[where[q]] == 0:
+            completed.append(where[q])
+    offsets = ddp.param_offsets(layers)
+    summed = ddp.reduce_after_backward(comm, iter(made), groups, offsets, offsets[-1][1])
+    return completed, summed / np.float32(comm.size)
 
 
 @harness
@@ -108,8 +122,8 @@ def assert_overlapped_run(fn, widths, batch, cap_bytes, p, want):
                                    f"and a cap of {cap_bytes} bytes: expected buckets {want}, got {out['groups']}.")
     for rank, started in enumerate(out["started"]):
         assert started == list(range(len(want))), (
-            f"rank {rank} started the buckets' allreduces in the order {started}: a bucket was ready only after "
-            "a later one, so it waited for backward to reach it.")
+            f"rank {rank}: a real backward completed the buckets in the order {started}: a bucket was ready only "
+            "after a later one, so its allreduce would wait for backward to reach it.")
     assert np.allclose(out["grad"], out["serial"], rtol=0, atol=1e-6), (
         "the bucketed allreduce did not give the full-batch gradient of serial training.")
     sent = sum(ring_bytes(sum(out["sizes"][q] for q in g), p) for g in want)
@@ -359,3 +373,273 @@ def run_scaled_training(fn, steps, growth_interval, start=2.0 ** 24, p=2):
     per_step = list(zip(*res))
     return {"scales": [s[0][0] for s in per_step], "skipped": [bool(s[0][1]) for s in per_step],
             "losses": [sum(r[2] for r in s) for s in per_step]}
+
+
+# ------------------------------------------------------------------------------ ex08_5
+#: The communicator methods a reducer may use besides ``iallreduce``: the clock and the traced
+#: compute phase (neither sends anything).
+SPY_ALLOWED = ("now", "compute")
+
+
+class _Refused(Exception):
+    """The reducer called a communication method other than ``comm.iallreduce``."""
+
+
+class _SpiedRequest:
+    """A request of ``comm.iallreduce``: ``wait`` is recorded (how many gradients backward had
+    made by then), everything else passes through."""
+
+    def __init__(self, request, call: int, spy):
+        self._request, self._call, self._spy = request, call, spy
+
+    def wait(self, *args, **kwargs):
+        self._spy.waits.append((self._call, self._spy.made))
+        return self._request.wait(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._request, name)
+
+
+class _SpyComm:
+    """The communicator a check gives the student's reducer: ``comm.iallreduce`` is recorded and
+    run; ``now``, ``compute``, ``rank`` and ``size`` pass through; any other method is refused."""
+
+    def __init__(self, comm):
+        self._comm = comm
+        self.made = 0                  # gradients backward has made so far
+        self.drained = False           # backward asked for after its last gradient
+        self.calls, self.waits, self.refused, self.requests = [], [], [], []
+
+    def gradients(self, grads, local, offsets):
+        """``grads``, counted, each copied into ``local`` (at its offsets) as it passes."""
+        for q, grad in grads:
+            self.made += 1
+            start, stop = offsets[q]
+            local[start:stop] = np.asarray(grad).ravel()
+            self.calls.append({"kind": "made", "q": int(q)})
+            yield q, grad
+        self.drained = True
+
+    def __getattr__(self, name):
+        attr = getattr(self._comm, name)
+        if callable(attr) and name not in SPY_ALLOWED:
+            self.refused.append(name)
+            raise _Refused(f"comm.{name}")
+        return attr
+
+    def iallreduce(self, sendobj, *args, **kwargs):
+        import inspect
+
+        bound = inspect.signature(self._comm.iallreduce).bind(sendobj, *args, **kwargs)
+        op = bound.arguments.get("op")
+        self.calls.append({"kind": "iallreduce", "made": self.made, "data": np.array(sendobj, copy=True),
+                           "algorithm": bound.arguments.get("algorithm"),
+                           "op": "sum" if op is None else str(getattr(op, "name", op)).lower()})
+        request = _SpiedRequest(self._comm.iallreduce(sendobj, *args, **kwargs), len(self.requests), self)
+        self.requests.append(request)
+        return request
+
+
+def _reduce_worker(comm, fn, layers, X, T, groups):
+    """A real backward's gradients handed to ``fn`` through a :class:`_SpyComm`: what it did and
+    returned, with this rank's own gradient (flat, as backward made it)."""
+    from course_lib.data_parallel import ddp
+
+    rows = np.array_split(np.arange(len(X)), comm.size)[comm.rank]
+    _, grads = ddp.ddp_forward_backward(comm, layers, X[rows], T[rows], [0.0] * len(layers))
+    offsets = ddp.param_offsets(layers)
+    n_params = offsets[-1][1]
+    local = np.zeros(n_params, dtype=np.float32)
+    spy = _SpyComm(comm)
+    out = None
+    try:
+        out = fn(spy, spy.gradients(grads, local, offsets), [list(g) for g in groups], list(offsets), n_params)
+    except BaseException as e:
+        for request in spy.requests:   # finish what was started, so that the other ranks finish too
+            request._request.wait()
+        if not isinstance(e, _Refused):
+            raise
+    made = [c["q"] for c in spy.calls if c["kind"] == "made"]
+    calls = [{k: v for k, v in c.items() if k != "kind"} for c in spy.calls if c["kind"] == "iallreduce"]
+    return {"out": readable(out), "refused": spy.refused, "calls": calls, "made": made,
+            "waits": spy.waits, "local": local}
+
+
+def _float_layers(widths, seed):
+    from course_lib.model_parallel.mlp import init_deep
+
+    return [(W.astype(np.float32), b.astype(np.float32)) for W, b in init_deep(list(widths), seed=seed)]
+
+
+@harness
+def run_reduce_in_buckets(fn, widths, batch, groups, p, seed=2):
+    """One real step on p workers (float32, lesson 06's tanh stack of ``widths``, ``batch`` rows
+    split over them): each rank's backward hands its gradients to ``fn`` with the buckets
+    ``groups``. Returns what each rank's ``fn`` did and returned, each rank's own gradient, the
+    parameters' offsets, and the bytes and messages each rank sent."""
+    from course_lib import Cluster
+    from course_lib.data_parallel import ddp
+    from course_lib.model_parallel.mlp import make_data
+
+    layers = _float_layers(widths, seed)
+    X, T = (a.astype(np.float32) for a in make_data(batch, widths[0], widths[-1], seed=seed + 1))
+    with Cluster(p, timeout=CHECK_TIMEOUT) as cluster:
+        res = cluster.run(_reduce_worker, fn, layers, X, T, [list(g) for g in groups])
+    return {"ranks": list(res), "offsets": [list(o) for o in ddp.param_offsets(layers)],
+            "bytes": [int(b) for b in res.stats.bytes.sum(axis=1)],
+            "messages": [int(m) for m in res.stats.messages.sum(axis=1)]}
+
+
+@harness
+def run_ddp_training(fn, widths, batch, groups, p, steps, optimizer, seed=2):
+    """``steps`` steps of :func:`course_lib.data_parallel.ddp.ddp_train` on p workers whose
+    gradients ``fn`` sums (buckets ``groups``), and the same steps of serial training: the
+    weights of every rank and of the serial run."""
+    from course_lib import Cluster
+    from course_lib.data_parallel import ddp
+    from course_lib.data_parallel.model import flatten_layers
+    from course_lib.model_parallel.mlp import make_data
+
+    layers = _float_layers(widths, seed)
+    X, T = make_data(batch, widths[0], widths[-1], seed=seed + 1)
+    sizes = [int(a.nbytes) for a in ddp.param_arrays(layers)]
+    plan = ddp.BucketPlan(tuple(ddp.Bucket(tuple(int(q) for q in g), sum(sizes[q] for q in g)) for g in groups), 1)
+    setup = ddp.DDPSetup(steps=steps, optimizer=optimizer, lr=0.05, plan=plan)
+    with Cluster(p, timeout=CHECK_TIMEOUT) as cluster:
+        run = ddp.run_ddp(cluster, layers, X, T, setup, reduce_fn=fn)
+    return {"weights": [r.weights for r in run.ranks], "serial": ddp.serial_train(layers, X, T, setup),
+            "start": flatten_layers(layers, np.float32)}
+
+
+def _completion(made, groups):
+    """Per bucket, how many gradients backward had made when its last one arrived; and the
+    buckets in the order backward completed them."""
+    position = {q: k + 1 for k, q in enumerate(made)}
+    done = [max(position.get(q, len(made) + 1) for q in g) for g in groups]
+    return done, sorted(range(len(groups)), key=lambda i: done[i])
+
+
+def _bucket_values(local, members, offsets):
+    return np.concatenate([local[offsets[q][0]:offsets[q][1]] for q in members])
+
+
+def assert_reduction(out, groups, p):
+    """Everything a check asks of ``reduce_in_buckets`` on one real step (``out``: what
+    :func:`run_reduce_in_buckets` returned)."""
+    offsets, n_params = out["offsets"], out["offsets"][-1][1]
+    n_grads = len(offsets)
+    setup = f"{p} workers, {n_grads} parameters ({n_params} numbers) in the buckets {[list(g) for g in groups]}"
+    for rank, r in enumerate(out["ranks"]):
+        who = f"rank {rank} ({setup})"
+        if r["refused"]:
+            name = r["refused"][0]
+            why = ("a blocking allreduce makes backward wait for the network; start comm.iallreduce(bucket, "
+                   "algorithm=\"ring\") instead and wait for its request once backward is done"
+                   if name in ("allreduce", "Allreduce") else
+                   "the buckets' sums must come from one comm.iallreduce(..., algorithm=\"ring\") per bucket, the "
+                   "non-blocking ring allreduce that runs while backward goes on")
+            raise AssertionError(f"{who}: your function called comm.{name}: {why}.")
+        calls, made = r["calls"], r["made"]
+        assert len(made) == n_grads, (
+            f"{who}: your function asked backward for {len(made)} of the {n_grads} gradients; read grads "
+            "to the end (backward makes them one by one as you ask).")
+        if len(calls) != len(groups):
+            kind = ""
+            if len(calls) == 1 and len(groups) > 1:
+                kind = (" One allreduce of the whole gradient can only start once backward has ended: nothing "
+                        "overlaps.")
+            elif len(calls) == len(offsets) and len(groups) < len(offsets):
+                kind = " One allreduce per parameter pays the latency of a ring allreduce for every parameter."
+            raise AssertionError(f"{who}: your function started {len(calls)} allreduce(s); expected one per "
+                                 f"bucket, {len(groups)}.{kind}")
+        for k, call in enumerate(calls):
+            assert call["algorithm"] == "ring", (
+                f"{who}: allreduce {k} ran with algorithm={call['algorithm']!r}: pass algorithm=\"ring\", the "
+                "bandwidth-optimal allreduce whose bytes per bucket, 2 (p-1)/p of it per rank, DDP relies on.")
+            assert call["op"] == "sum", (
+                f"{who}: allreduce {k} reduced with op {call['op']!r}: the buckets are summed over the ranks "
+                "(ddp_train divides the sum by p itself).")
+        done, order = _completion(made, groups)
+        for k, (call, i) in enumerate(zip(calls, order)):
+            members = groups[i]
+            want = _bucket_values(r["local"], members, offsets)
+            data = np.asarray(call["data"]).ravel()
+            assert data.size == want.size, (
+                f"{who}: your allreduce {k} carried {data.size} numbers. Backward completed bucket {i} "
+                f"(parameters {list(members)}) as bucket number {k}, and it holds {want.size}: each allreduce "
+                "carries one bucket, its parameters' gradients flattened and concatenated, started in the order "
+                "backward completes the buckets.")
+            assert np.array_equal(np.sort(data.astype(np.float64)), np.sort(want.astype(np.float64))), (
+                f"{who}: your allreduce {k} carried other numbers than the gradients of bucket {i} (parameters "
+                f"{list(members)}), the bucket backward completed as number {k}.")
+            assert call["made"] <= done[i], (
+                f"{who}: bucket {i}'s allreduce started when backward had made {call['made']} gradients, but its "
+                f"last gradient was gradient number {done[i]}: start a bucket's allreduce the moment its last "
+                "gradient arrives, before asking backward for the next one, so that it runs while backward computes "
+                "the layers below (otherwise nothing overlaps).")
+        for call, when in r["waits"]:
+            assert when >= n_grads, (
+                f"{who}: your function waited for allreduce {call} when backward had made only {when} of its "
+                f"{n_grads} gradients: the wait holds backward up until that bucket has crossed the network. Wait "
+                "for the requests once backward is done.")
+        got = as_array(r["out"], "reduce_in_buckets' result", shape=(n_params,))
+        assert got.dtype == np.float32, (
+            f"{who}: your result is {got.dtype}; the gradients are float32, and so is their sum.")
+        want = sum(np.asarray(x["local"], dtype=np.float64) for x in out["ranks"])
+        tol = 1e-5 * max(1.0, float(np.abs(want).max()))
+        if not np.allclose(got, want, rtol=0, atol=tol):
+            if np.allclose(got * p, want, rtol=0, atol=tol):
+                raise AssertionError(f"{who}: your result is the average over the ranks; return the sum (ddp_train "
+                                     "divides it by p).")
+            wrong = [q for q, (a, b) in enumerate(offsets) if not np.allclose(got[a:b], want[a:b], rtol=0, atol=tol)]
+            raise AssertionError(
+                f"{who}: your flat gradient is not the sum over ranks of every rank's gradient at parameters {wrong} "
+                "(offsets[q] = (start, stop) is where parameter q's gradient goes): scatter each summed bucket back "
+                "in the order you concatenated it.")
+    sizes = [offsets[q][1] - offsets[q][0] for q in range(len(offsets))]
+    plan = _plan(groups, sizes)
+    from course_lib.data_parallel import ddp
+
+    expected = ddp.step_traffic(plan, p)
+    for rank in range(p):
+        assert (out["bytes"][rank], out["messages"][rank]) == (int(expected.bytes_per_rank[rank]),
+                                                               int(expected.messages_per_rank[rank])), (
+            f"rank {rank} ({setup}) sent {out['bytes'][rank]} bytes in {out['messages'][rank]} messages; a ring "
+            f"allreduce per bucket sends {int(expected.bytes_per_rank[rank])} bytes in "
+            f"{int(expected.messages_per_rank[rank])} messages (2 (p-1) messages per bucket).")
+
+
+def _plan(groups, sizes):
+    from course_lib.data_parallel import ddp
+
+    return ddp.BucketPlan(tuple(ddp.Bucket(tuple(int(q) for q in g), 4 * sum(sizes[q] for q in g)) for g in groups), 1)
+
+
+def assert_reduce_in_buckets(fn, widths, batch, groups, p, seed=2):
+    assert_reduction(run_reduce_in_buckets(fn, widths, batch, groups, p, seed), groups, p)
+
+
+def assert_trains_like_serial(fn, widths, batch, groups, p, steps, optimizer="sgd", seed=2):
+    out = run_ddp_training(fn, widths, batch, groups, p, steps, optimizer, seed)
+    serial = np.asarray(out["serial"])
+    assert np.abs(serial - np.asarray(out["start"])).max() > 1e-3
+    for rank, w in enumerate(out["weights"]):
+        w = as_array(w, f"rank {rank}'s weights", shape=serial.shape)
+        assert np.allclose(w, serial, rtol=0, atol=2e-6), (
+            f"{steps} steps of ddp_train ({optimizer}) on {p} workers with your reduce_in_buckets did not end with "
+            f"the weights of serial training on the whole batch: {worst(w, serial, 'weight')} on rank {rank}.")
+
+
+@question("ex08_5", points=2, title="DDP's overlapped bucketed allreduce", names=("reduce_in_buckets",),
+          timeout=20)
+def ex08_5(ns):
+    """Write ``reduce_in_buckets(comm, grads, buckets, offsets, n_params)``: ``grads`` yields
+    ``(q, gradient of parameter q)`` as backward makes them. Start one
+    ``comm.iallreduce(bucket, algorithm="ring")`` per bucket the moment its last gradient arrives
+    (before asking for the next), wait for them once backward is done, and return the flat
+    gradient summed over the ranks (``offsets[q] = (start, stop)``, ``n_params`` numbers)."""
+    fn = ns["reduce_in_buckets"]
+    # widths 6-8-8-3: W0 48, b0 8, W1 64, b1 8, W2 24, b2 3 numbers; 2 real workers, one step
+    assert_reduce_in_buckets(fn, (6, 8, 8, 3), 8, [[5, 4, 3], [2, 1], [0]], 2)
+    # three steps of ddp_train on 2 workers against serial training
+    assert_trains_like_serial(fn, (6, 8, 8, 3), 8, [[5, 4, 3], [2, 1], [0]], 2, 3)

@@ -75,6 +75,7 @@ QUESTIONS = {
     "ex08_2": "update_scale",
     "ex08_3": "shard_range",
     "ex08_4": "zero_bytes_per_param",
+    "ex08_5": "reduce_in_buckets",
 }
 
 #: question id -> position of the parameter that the library may give as an array, where the

@@ -5,11 +5,15 @@ ex08_2  update_scale(scale, clean_steps, found_overflow, growth_interval, growth
                                                                 (new scale, new clean count, skip this step)
 ex08_3  shard_range(n_params, n_ranks, rank)                    [start, stop) that reduce_scatter leaves on rank
 ex08_4  zero_bytes_per_param(stage, n_ranks)                    ZeRO's model-state bytes per parameter per rank
+ex08_5  reduce_in_buckets(comm, grads, buckets, offsets, n_params)
+                                                                DDP's step: a bucket's ring allreduce started
+                                                                as soon as backward completes it
 
 The library keeps its names as wrappers: :func:`course_lib.data_parallel.ddp.assign_buckets` turns
 ex08_1's lists into a ``BucketPlan``, :func:`course_lib.data_parallel.mixed_precision.update_scale`
 ex08_2's triple into a ``ScaleUpdate``, and :mod:`course_lib.data_parallel.zero` re-exports ex08_3
-and checks the stage before ex08_4. This module imports none of them (they import it).
+and checks the stage before ex08_4. :func:`course_lib.data_parallel.ddp.ddp_train` sums every overlapped
+step's gradients with ex08_5. This module imports none of them (they import it).
 """
 from __future__ import annotations
 
@@ -66,3 +70,37 @@ def zero_bytes_per_param(stage, n_ranks):
     # parameters (an unknown stage is a KeyError)
     n = int(n_ranks)
     return {0: 2 + 2 + 12, 1: 2 + 2 + 12 / n, 2: 2 + 14 / n, 3: 16 / n}[stage]
+
+
+def reduce_in_buckets(comm, grads, buckets, offsets, n_params):
+    """DDP's overlapped gradient reduction (Li et al., "PyTorch Distributed", VLDB 2020, section 4.2.3).
+
+    ``grads`` yields ``(q, gradient of parameter q)`` in the order backward makes them; ``buckets``
+    are lists of parameter indices (ex08_1's); ``offsets[q] = (start, stop)`` is parameter q's slice
+    of the flat gradient. Start each bucket's ``comm.iallreduce(..., algorithm="ring")`` as soon as
+    its last gradient arrives; return the flat gradient summed over ranks: ``n_params`` numbers in
+    the gradients' dtype."""
+    import numpy as np
+
+    where = {q: i for i, members in enumerate(buckets) for q in members}
+    arrived = [{} for _ in buckets]
+    requests = [None] * len(buckets)
+    dtype = np.float32
+    for q, grad in grads:
+        i = where[q]
+        arrived[i][q] = grad
+        dtype = grad.dtype
+        if len(arrived[i]) == len(buckets[i]):
+            # the bucket's last gradient: its allreduce starts now, in the background, and runs
+            # while the loop asks backward for the next gradient (the layers below)
+            bucket_flat = np.concatenate([arrived[i][m].ravel() for m in buckets[i]])
+            requests[i] = comm.iallreduce(bucket_flat, algorithm="ring")
+    # backward is done: wait for each bucket's sum and put every parameter's part where it belongs
+    total = np.empty(n_params, dtype=dtype)
+    for i, members in enumerate(buckets):
+        reduced, at = requests[i].wait(), 0
+        for m in members:
+            start, stop = offsets[m]
+            total[start:stop] = reduced[at:at + (stop - start)]
+            at += stop - start
+    return total

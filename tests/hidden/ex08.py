@@ -7,8 +7,10 @@ from course_lib.questions.ex08 import (
     assert_buckets,
     assert_overlapped_run,
     assert_real_reduce_scatter,
+    assert_reduce_in_buckets,
     assert_scaling_sequence,
     assert_shard_ranges,
+    assert_trains_like_serial,
     assert_zero_formula,
     assert_zero_run,
     run_scaled_training,
@@ -49,7 +51,7 @@ def other_sizes_and_caps(ns):
     sizes = [4 * n for a, b in zip(widths[:-1], widths[1:]) for n in (a * b, b)]
     with hidden_property("wrong in a real overlapped run of a deeper network on more workers",
                  (("expected buckets", "not the expected buckets"),
-                  ("started the buckets' allreduces in the order", "the buckets' allreduces start out of order"),
+                  ("completed the buckets in the order", "backward completes the buckets out of order"),
                   ("full-batch gradient", "the gradient is not the full-batch one"),
                   ("bytes", "the run sends other bytes than a ring allreduce per bucket"))):
         assert_overlapped_run(fn, widths, 9, 420, 3, assign_buckets(sizes, 420))
@@ -119,3 +121,46 @@ def four_workers_and_other_counts(ns):
     # stages 0-3 on 4 real workers (every layer of the default widths splits evenly in 4)
     with hidden_property("does not match the bytes that real ZeRO workers hold, on more workers"):
         assert_zero_run(fn, 4)
+
+
+#: What part of ex08_5's check failed, read from its message.
+REDUCE_PARTS = (("your function called comm.", "it communicates otherwise than by one comm.iallreduce per bucket"),
+                ("allreduce(s); expected one per bucket", "not one allreduce per bucket"),
+                ("ran with algorithm=", "not the ring algorithm"),
+                ("reduced with op", "not a sum"),
+                ("carried", "an allreduce does not carry the bucket backward completed"),
+                ("started when backward had made", "an allreduce starts later than its bucket's last gradient"),
+                ("waited for allreduce", "it waits for an allreduce while backward still runs"),
+                ("is the average", "the average instead of the sum"),
+                ("not the sum over ranks", "the flat gradient is not the sum over ranks"),
+                ("your result is", "the result's dtype"),
+                ("asked backward for", "it does not read every gradient"),
+                ("sent", "the bytes or messages of the step are not those of a ring allreduce per bucket"),
+                ("did not end with the weights of serial training", "training does not match serial training"))
+
+
+def _sizes(widths):
+    return [4 * n for a, b in zip(widths[:-1], widths[1:]) for n in (a * b, b)]
+
+
+@hidden_check("ex08_5", case="other buckets, worker counts and batches; Adam")
+def other_buckets_workers_and_adam(ns):
+    fn = ns["reduce_in_buckets"]
+    deep = (5, 7, 7, 7, 2)                          # 8 parameters
+    for kind, widths, batch, groups, p in [
+            ("wrong for DDP's buckets of a deeper network on 3 workers", deep, 9,
+             assign_buckets(_sizes(deep), 420), 3),
+            ("wrong when the buckets are listed in model order (backward completes the last one first)", deep, 9,
+             [[0, 1, 2, 3], [4, 5, 6, 7]], 3),
+            ("wrong when a bucket's parameters are not neighbours", deep, 12, [[7, 5], [6, 4, 3], [2, 1, 0]], 2),
+            ("wrong when every parameter has a bucket of its own", deep, 10, [[q] for q in range(7, -1, -1)], 4),
+            ("wrong when one bucket holds every parameter", (4, 6, 3), 6, [[3, 2, 1, 0]], 3),
+            ("wrong on a single worker", (4, 6, 3), 5, [[3, 2], [1, 0]], 1)]:
+        with hidden_property(kind, REDUCE_PARTS):
+            assert_reduce_in_buckets(fn, widths, batch, groups, p, seed=5)
+    with hidden_property("ddp_train with it on 3 workers does not train as serial training does (Adam)",
+                         REDUCE_PARTS):
+        assert_trains_like_serial(fn, deep, 12, assign_buckets(_sizes(deep), 300), 3, 4, "adam", seed=4)
+    with hidden_property("ddp_train with it on 4 workers does not train as serial training does (SGD)",
+                         REDUCE_PARTS):
+        assert_trains_like_serial(fn, deep, 16, [[0, 1, 2, 3], [4, 5, 6, 7]], 4, 3, "sgd", seed=6)

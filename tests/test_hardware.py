@@ -7,11 +7,9 @@ table's, and that no notebook or other module carries a copy of its numbers.
 """
 from __future__ import annotations
 
-import io
 import json
 import math
 import re
-import tokenize
 
 import pytest
 
@@ -94,19 +92,25 @@ def _table_numbers() -> set[float]:
     return {round(x, 3) for x in out}
 
 
+# A number literal (1_000, 12.5e9, .5, 900E9), not part of a name or of a dotted version: read from
+# the whole text, so a figure copied into a string or a comment counts too (and a regex reads the
+# package and the notebooks in 0.1 s, where tokenize took 2 s).
+NUMBER = re.compile(r"(?<![\w.])(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)(?:[eE][+-]?\d+)?(?![\w.])")
+
+
 def _numbers_in_code(source: str) -> list[tuple[str, float]]:
     found = []
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return found
-    for tok in tokens:
-        if tok.type == tokenize.NUMBER:
-            try:
-                found.append((tok.string, float(tok.string.replace("_", ""))))
-            except ValueError:
-                pass
+    for match in NUMBER.finditer(source):
+        try:
+            found.append((match.group(), float(match.group().replace("_", ""))))
+        except ValueError:
+            pass
     return found
+
+
+def test_numbers_in_code_reads_every_form_of_a_literal():
+    got = [v for _, v in _numbers_in_code("bw = 12.5e9  # 900E9, 1_000_000 and .5; not x2 or v1.2.3")]
+    assert got == [12.5e9, 900e9, 1e6, 0.5]
 
 
 def _code_sources():

@@ -11,10 +11,20 @@ import functools
 import pathlib
 
 import networkx as nx
+import pytest
 
 import course_lib
 
 PKG = pathlib.Path(course_lib.__file__).resolve().parent
+# One test process runs this module: the package's source is parsed once (_tree), not once per
+# process that xdist would spread these tests over.
+pytestmark = pytest.mark.xdist_group("layout")
+
+
+@functools.lru_cache(maxsize=None)
+def _tree(path: pathlib.Path) -> ast.Module:
+    """The parsed source of one module (read-only: callers walk it, never change it)."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -29,7 +39,7 @@ def _imports(path: pathlib.Path) -> set[str]:
     me = _module_name(path)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -173,7 +183,7 @@ def _changed_module_names(tree: ast.Module) -> set[str]:
 def test_module_level_state_is_only_the_named_process_wide_registries():
     found = {}
     for path in PKG.rglob("*.py"):
-        names = _changed_module_names(ast.parse(path.read_text(), str(path)))
+        names = _changed_module_names(_tree(path))
         if names:
             found[_module_name(path).removeprefix("course_lib.")] = names
     unexpected = {m: sorted(extra) for m, n in found.items() if (extra := n - ALLOWED_STATE.get(m, set()))}

@@ -187,6 +187,20 @@ def pytest_collection_modifyitems(config, items):
         notebook = _notebook_of(item)
         if notebook:  # under -n, one process executes the notebook once for all the tests that read it
             item.add_marker(pytest.mark.xdist_group(notebook))
+        elif not item.get_closest_marker("xdist_group"):
+            _group_by_module_fixture(item)
+
+
+def _group_by_module_fixture(item) -> None:
+    """Tests that share a module-scoped fixture (a cluster per start method, a module's training
+    runs) run in one test process, which builds the fixture once: spread over the processes, each
+    would build it again (about 30 s of worker time in the whole suite)."""
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        defs = info.name2fixturedefs.get(name) if info else None
+        if defs and defs[-1].scope == "module":
+            item.add_marker(pytest.mark.xdist_group(f"{item.path.stem}:{name}"))
+            return
 
 
 def pytest_configure(config):

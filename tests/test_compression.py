@@ -13,9 +13,6 @@ from course_lib.data_parallel.compression import (
 )
 
 CFG = CompressionConfig(steps=200)
-# One test process runs this module, so the module fixture (its three training runs) is computed once, not once
-# per process that xdist would spread the tests over.
-pytestmark = pytest.mark.xdist_group("compression")
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,6 @@ from course_lib.data_parallel.zero import prefetch_model as zero3_prefetch_model
 from course_lib.model_parallel.mlp import init_deep
 
 CFG = ZeroConfig(steps=4)          # every layer's size is a multiple of 4: shards are equal
-# One test process runs this module, so the module fixture (its runs at 2 and 4 ranks) is computed once, not once
-# per process that xdist would spread the tests over.
-pytestmark = pytest.mark.xdist_group("zero")
 
 
 @pytest.fixture(scope="module", params=[2, 4])

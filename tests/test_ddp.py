@@ -227,3 +227,88 @@ def test_a_small_first_bucket_trains_like_serial_and_starts_talking_after_two_la
         np.testing.assert_allclose(r.weights, ref, rtol=0, atol=2e-6)
     expected = ddp.step_traffic(plan, 3, itemsize=4)
     assert list(run.stats.bytes.sum(axis=1)) == list(setup.steps * expected.bytes_per_rank)
+
+
+# ----------------------------------------------------------------------------- the step's pieces
+class _Clock:
+    """A one-rank stand-in for a communicator: compute phases are counted, allreduce is the identity."""
+
+    size, rank = 1, 0
+
+    def __init__(self):
+        self.phases, self.sent = [], []
+
+    def now(self):
+        return float(len(self.phases))
+
+    def compute(self, label):
+        from contextlib import contextmanager
+
+        @contextmanager
+        def phase():
+            self.phases.append(label)
+            yield
+        return phase()
+
+    def barrier(self):
+        pass
+
+    def allreduce(self, x, algorithm=None):
+        self.sent.append((np.array(x, copy=True), algorithm))
+        return np.array(x, copy=True)
+
+
+def test_backward_is_a_generator_that_computes_a_layer_only_when_asked():
+    layers = [(W.astype(np.float32), b.astype(np.float32)) for W, b in mlp.init_deep(SMALL, seed=1)]
+    X, T = (a.astype(np.float32) for a in mlp.make_data(6, SMALL[0], SMALL[-1], seed=2))
+    comm = _Clock()
+    loss, grads = ddp.ddp_forward_backward(comm, layers, X, T, [0.0] * len(layers))
+    assert comm.phases == ["forward"]                       # backward has not started
+    assert next(grads)[0] == 7 and comm.phases == ["forward", "B3"]
+    assert next(grads)[0] == 6 and comm.phases == ["forward", "B3"]   # W3 came with b3
+    rest = list(grads)
+    assert [q for q, _ in rest] == [5, 4, 3, 2, 1, 0] and comm.phases[-1] == "B0"
+    full_loss, full = mlp.deep_forward_backward(layers, X, T)
+    assert loss == pytest.approx(float(full_loss), rel=1e-5)
+    made = dict(rest)
+    np.testing.assert_allclose(made[0], full[0][0], rtol=1e-5, atol=1e-7)
+
+
+def test_the_baseline_and_the_recorder_name_each_bucket_by_what_it_carries():
+    layers = [(W.astype(np.float32), b.astype(np.float32)) for W, b in mlp.init_deep(SMALL, seed=1)]
+    X, T = (a.astype(np.float32) for a in mlp.make_data(6, SMALL[0], SMALL[-1], seed=2))
+    offsets = ddp.param_offsets(layers)
+    buckets = [[0, 1, 2, 3], [7, 6, 5, 4]]                  # model order: backward completes bucket 1 first
+    comm = _Clock()
+    _, grads = ddp.ddp_forward_backward(comm, layers, X, T, [0.0] * len(layers))
+    recorder = ddp.StartRecorder(comm, buckets, offsets)
+    flat = ddp.reduce_after_backward(recorder, recorder.watch(grads), buckets, offsets, offsets[-1][1])
+    assert [i for i, _ in recorder.started] == [0, 1]       # the baseline goes in list order, after backward
+    assert [a for _, a in comm.sent] == ["ring", "ring"]
+    _, full = mlp.deep_forward_backward(layers, X, T)
+    np.testing.assert_allclose(flat, dpm.flatten_layers(full, np.float32), rtol=1e-5, atol=1e-7)
+    # a call that carries no bucket (the whole vector) is not taken for one
+    other = ddp.StartRecorder(comm, buckets, offsets)
+    _, grads = ddp.ddp_forward_backward(comm, layers, X, T, [0.0] * len(layers))
+    list(other.watch(grads))
+    other.allreduce(flat)
+    assert other.started == []
+
+
+def test_ddp_train_runs_the_reducer_it_is_given():
+    layers = mlp.init_deep(SMALL, seed=1)
+    X, T = mlp.make_data(12, SMALL[0], SMALL[-1], seed=2)
+    calls = []
+
+    def whole_vector(comm, grads, buckets, offsets, n_params):
+        flat = np.zeros(n_params, dtype=np.float32)
+        for q, g in grads:
+            flat[offsets[q][0]:offsets[q][1]] = g.ravel()
+        calls.append(len(buckets))
+        return comm.allreduce(flat)
+
+    setup = ddp.DDPSetup(cap_bytes=4 * 200, steps=2)
+    res = ddp.ddp_train(_Clock(), layers, X, T, setup, whole_vector)
+    assert calls == [5, 5]                                  # once per step, with the plan's 5 buckets
+    np.testing.assert_allclose(res.weights, ddp.serial_train(layers, X, T, setup), rtol=0, atol=2e-6)
+    assert all(step.started == () for step in res.steps)    # one whole-vector allreduce names no bucket

@@ -5,7 +5,7 @@
 * :mod:`.tensor`     column-parallel first layer, row-parallel second layer
 * :mod:`.block_mf`   a matrix too large for one worker: blocks owned by workers (DSGD)
 * :mod:`.pipeline`   GPipe and 1F1B schedules, exact bubble, measured bubble; interleaved 1F1B
-                     (simulated) and activation recomputation (on real processes)
+                     (simulated and on real processes) and activation recomputation
 * :mod:`.strategies` data parallelism on the same network, for the comparison table
 * :mod:`.group`      run a p-worker program on the first p workers of a bigger cluster
 * :mod:`.replication` TensorFlow's in-graph and between-graph replication: one client's graph of
@@ -27,7 +27,10 @@ from .pipeline import (
                        assemble_pipeline_grads,
                        bubble_formula,
                        interleaved_bubble,
+                       interleaved_bytes,
+                       interleaved_messages,
                        interleaved_ops,
+                       interleaved_pipeline_step,
                        measured_bubble,
                        pipeline_step,
                        simulate,
@@ -55,7 +58,8 @@ __all__ = [
     'FirstRanks', 'Node', 'SCHEDULES', 'graph_table', 'in_graph_data_parallel', 'in_graph_model_parallel',
     'run_graph', 'allgather_bytes', 'allreduce_bytes', 'assemble_grads', 'assemble_pipeline_grads', 'backward',
     'bubble_formula', 'column_parallel_backward', 'column_parallel_forward', 'data_parallel_step',
-    'deep_forward_backward', 'forward', 'init_deep', 'init_mlp', 'interleaved_bubble', 'interleaved_ops', 'loss',
+    'deep_forward_backward', 'forward', 'init_deep', 'init_mlp', 'interleaved_bubble', 'interleaved_bytes',
+    'interleaved_messages', 'interleaved_ops', 'interleaved_pipeline_step', 'loss',
     'make_data', 'measured_bubble', 'mf_bytes_per_worker', 'mf_full_bytes', 'mf_serial', 'mf_worker', 'param_bytes',
     'pipeline_step', 'reduce_scatter_bytes', 'ring_allgather', 'ring_allreduce', 'ring_reduce_scatter',
     'row_parallel_backward', 'row_parallel_forward', 'run_on', 'shard_mlp', 'simulate', 'simulate_interleaved',

@@ -24,13 +24,14 @@ Gradients are summed over micro-batches, so they equal the full-batch gradient.
 Two refinements from Narayanan et al. 2021 (*Efficient Large-Scale Language Model Training on
 GPU Clusters Using Megatron-LM*, SC21):
 
-* **Interleaved 1F1B** (section 2.2.2), :func:`simulate_interleaved`: each device holds v
+* **Interleaved 1F1B** (section 2.2.2), :func:`simulate_interleaved` on the ideal machine and
+  :func:`interleaved_pipeline_step` on real processes: each device holds v
   *model chunks* (virtual stages) instead of one contiguous group of layers, device d the
   chunks d, d + p, ..., d + (v - 1) p of a pipeline of v p chunks. Each op then costs 1/v of a
   stage's, the pipeline fills and drains v times faster, and the bubble shrinks by v: idle time
   over busy time ``(p - 1) / (v m)`` (the paper's "bubble time fraction"), i.e. an idle fraction
-  of the run ``(p - 1) / (v m + p - 1)``. The price: v times as many messages between devices,
-  and m must be a multiple of p.
+  of the run ``(p - 1) / (v m + p - 1)``. The price: a micro-batch crosses v p - 1 borders between
+  devices instead of p - 1 (each way), so about v times the messages, and m must be a multiple of p.
 * **Activation recomputation** (section 3.5; Chen et al. 2016, *Training Deep Nets with Sublinear
   Memory Cost*): ``pipeline_step(..., recompute=True)`` stashes only each micro-batch's *input*
   to the stage and recomputes the stage's forward inside the backward. A stage of L layers then
@@ -38,7 +39,8 @@ GPU Clusters Using Megatron-LM*, SC21):
   backward (with t_b = 2 t_f: a third more compute).
 
 Every compute phase is traced under a label, ``F<i>`` (forward of micro-batch i) or ``B<i>``
-(backward), so a timeline tells forwards from backwards.
+(backward), so a timeline tells forwards from backwards; the interleaved schedule adds the chunk,
+``F<i>c<chunk>``.
 """
 from __future__ import annotations
 
@@ -55,11 +57,13 @@ from .mlp import layer_backward, layer_forward
 
 __all__ = ["SCHEDULES", "stage_ops", "simulate", "bubble_formula", "measured_bubble",
            "interleaved_ops", "simulate_interleaved", "interleaved_bubble",
-           "stage_layers", "pipeline_step", "assemble_pipeline_grads", "stash_bytes"]
+           "stage_layers", "pipeline_step", "interleaved_pipeline_step", "assemble_pipeline_grads",
+           "stash_bytes", "interleaved_messages", "interleaved_bytes"]
 
 SCHEDULES = ("gpipe", "1f1b")
 TAG_ACT = 6011
 TAG_GRAD = 6012
+TAG_CHUNK = 6100        # interleaved 1F1B: TAG_CHUNK + 2 (i v p + g) + direction, see _chunk_tag
 
 
 def _check(p, m, kind="gpipe"):
@@ -367,9 +371,8 @@ def pipeline_step(comm, layers, X, T, m: int, schedule: str = "gpipe",
             acts = padded_compute(comm, f"R{i}", t_f, functools.partial(
                 _cpu_timed, cpu_seconds, "R", functools.partial(stage.forward, acts[0])))
         if s == p - 1:
-            Y, Ti = acts[-1], T[rows[i]]
-            total_loss += float(0.5 * np.sum((Y - Ti) ** 2) / B)
-            d = (Y - Ti) / B      # 1/B of the whole batch: micro-batch grads add up
+            loss, d = _output_gradient(acts[-1], T[rows[i]], B)
+            total_loss += loss
         else:
             d = comm.recv(source=s + 1, tag=TAG_GRAD)
         d_in = padded_compute(comm, f"B{i}", t_b, functools.partial(
@@ -384,9 +387,118 @@ def pipeline_step(comm, layers, X, T, m: int, schedule: str = "gpipe",
             "param_bytes": int(sum(W.nbytes + b.nbytes for W, b in stage.mine))}
 
 
+def _chunk_tag(g: int, i: int, n_chunks: int, backward: bool) -> int:
+    """The tag of the message *into* virtual stage g for micro-batch i, forward (its input) or backward
+    (the gradient of its output). Two devices exchange several streams at once (with p = 2, device 1
+    sends chunk 1's activation forward to chunk 2 and its gradient back to chunk 0, both to device
+    0): a tag naming chunk, micro-batch and direction makes every message unmistakable."""
+    return TAG_CHUNK + 2 * (i * n_chunks + g) + int(backward)
+
+
+def _output_gradient(Y, T_rows, B: int):
+    """The loss ``||Y - T||^2 / 2B`` of a micro-batch and its gradient for Y: 1/B of the whole batch,
+    so the micro-batches' gradients add up to the full batch's."""
+    return float(0.5 * np.sum((Y - T_rows) ** 2) / B), (Y - T_rows) / B
+
+
+def interleaved_pipeline_step(comm, layers, X, T, m: int, v: int, t_f: float = 0.0, t_b: float = 0.0):
+    """One forward+backward under interleaved 1F1B (Narayanan et al. 2021, section 2.2.2) on real ranks.
+
+    The layer stack is cut in v p chunks (:func:`stage_layers`); device d holds chunks d, d + p, ...,
+    d + (v - 1) p (chunk c of device d is virtual stage g = c p + d) and runs
+    :func:`interleaved_ops` in order. Virtual stage g receives its input from device (g - 1) mod p
+    and the gradient of its output from device (g + 1) mod p. Each op is a compute phase labelled
+    ``F<i>c<c>`` or ``B<i>c<c>``, padded to ``t_f / v`` or ``t_b / v`` (a chunk has 1/v of a device's
+    layers). Sends do not block, as in :func:`pipeline_step`, for the same reason.
+
+    Traffic (p > 1; with p = 1 every border stays inside the one device): a micro-batch crosses the
+    v p - 1 borders between chunks forward and again backward, each a message between devices, so the
+    run sends ``2 m (v p - 1)`` messages, device d ``m (2 v - [d = 0] - [d = p - 1])`` of them, and
+    ``2 B 8 sum_k w_k`` bytes, w_k the width at border k (:func:`interleaved_bytes`).
+
+    Returns pipeline_step's dict with ``layers`` a list of the device's chunk ranges and ``grads``
+    one gradient list per chunk (:func:`assemble_pipeline_grads` puts them in layer order),
+    ``peak_stash`` in chunk micro-batches, plus ``messages_sent``."""
+    p, d = comm.size, comm.rank
+    order = interleaved_ops(p, m, v, d)                 # checks p, m, v and d
+    n_chunks, X, T = v * p, np.asarray(X), np.asarray(T)
+    B = X.shape[0]
+    if m > B:
+        raise ValueError(f"cannot cut a batch of {B} rows into {m} micro-batches")
+    ranges = stage_layers(len(layers), n_chunks)
+    chunks = [_Stage(layers, *ranges[c * p + d]) for c in range(v)]
+    rows = np.array_split(np.arange(B), m)
+    stash, peak, peak_bytes, total_loss, in_flight = {}, 0, 0, 0.0, []
+    sent0, messages0 = comm.stats.bytes_sent(d), comm.stats.messages_sent(d)
+    for op, i, c in order:
+        g, stage = c * p + d, chunks[c]
+        if op == "F":
+            a = X[rows[i]] if g == 0 else comm.recv(source=(g - 1) % p, tag=_chunk_tag(g, i, n_chunks, False))
+            stash[i, c] = padded_compute(comm, f"F{i}c{c}", t_f / v, functools.partial(stage.forward, a))
+            peak, peak_bytes = max(peak, len(stash)), max(peak_bytes, stash_bytes(stash))
+            if g < n_chunks - 1:
+                in_flight.append(comm.isend(stash[i, c][-1], (g + 1) % p, tag=_chunk_tag(g + 1, i, n_chunks, False)))
+            continue
+        acts = stash.pop((i, c))
+        if g == n_chunks - 1:
+            loss, grad_out = _output_gradient(acts[-1], T[rows[i]], B)
+            total_loss += loss
+        else:
+            grad_out = comm.recv(source=(g + 1) % p, tag=_chunk_tag(g, i, n_chunks, True))
+        grad_in = padded_compute(comm, f"B{i}c{c}", t_b / v, functools.partial(stage.backward, acts, grad_out))
+        if g > 0:
+            in_flight.append(comm.isend(grad_in, (g - 1) % p, tag=_chunk_tag(g - 1, i, n_chunks, True)))
+    for request in in_flight:
+        request.wait()
+    return {"layers": [ranges[c * p + d] for c in range(v)], "grads": [stage.grads for stage in chunks],
+            "loss": total_loss if d == p - 1 else None, "peak_stash": peak, "peak_stash_bytes": int(peak_bytes),
+            "bytes_sent": int(comm.stats.bytes_sent(d) - sent0),
+            "messages_sent": int(comm.stats.messages_sent(d) - messages0),
+            "param_bytes": int(sum(W.nbytes + b.nbytes for stage in chunks for W, b in stage.mine))}
+
+
+def interleaved_messages(p: int, m: int, v: int) -> list[int]:
+    """Messages device d sends in :func:`interleaved_pipeline_step`: each of its v chunks sends every
+    micro-batch's output forward (but the last chunk of the pipeline, on device p - 1) and its input's
+    gradient back (but the first, on device 0): ``m (2 v - [d = 0] - [d = p - 1])``; in all
+    ``2 m (v p - 1)``. With p = 1 the borders are inside the device: no message."""
+    if p == 1:
+        return [0]
+    return [m * (2 * v - (d == 0) - (d == p - 1)) for d in range(p)]
+
+
+def interleaved_bytes(layers, B: int, p: int, v: int) -> list[int]:
+    """Bytes device d sends in :func:`interleaved_pipeline_step` on a batch of B rows: for each of its
+    chunks g = c p + d, the whole batch's activations at its output border forward (g < v p - 1) and
+    their gradients at its input border back (g > 0), ``B w 8`` bytes each, w the border's width
+    (the input width of the chunk after it)."""
+    if p == 1:
+        return [0]
+    n_chunks = v * p
+    starts = [lo for lo, _ in stage_layers(len(layers), n_chunks)]
+    width_into = [np.asarray(layers[lo][0]).shape[0] for lo in starts]      # input width of chunk g
+    sent = [0] * p
+    for g in range(n_chunks):
+        out = B * width_into[g + 1] * 8 if g < n_chunks - 1 else 0
+        back = B * width_into[g] * 8 if g > 0 else 0
+        sent[g % p] += out + back
+    return sent
+
+
 def assemble_pipeline_grads(results):
-    """Concatenate the stages' gradient lists into ``[(dW, db), ...]`` for all layers."""
-    out = []
-    for res in sorted(results, key=lambda r: r["layers"][0]):
-        out.extend(res["grads"])
+    """Put the ranks' gradient lists together into ``[(dW, db), ...]`` for all layers, in layer order:
+    one layer range per rank (:func:`pipeline_step`) or one per chunk
+    (:func:`interleaved_pipeline_step`, ``layers`` a list of ranges, ``grads`` a list per chunk)."""
+    pieces = []
+    for res in results:
+        ranges, grads = res["layers"], res["grads"]
+        if isinstance(ranges, tuple):               # pipeline_step: one contiguous stage
+            ranges, grads = [ranges], [grads]
+        pieces += zip(ranges, grads)
+    out, expected = [], 0
+    for (lo, hi), grads in sorted(pieces, key=lambda piece: piece[0][0]):
+        if lo != expected:
+            raise ValueError(f"the ranks' layer ranges leave a gap or overlap at layer {expected}")
+        out.extend(grads)
+        expected = hi
     return out

@@ -68,12 +68,22 @@ def plot_schedule(sim, ax=None):
 
 def plot_timeline(timeline, p, ax=None, title="measured"):
     """Gantt chart of the F/R/B compute events of a real run's timeline (seconds): forwards,
-    recomputed forwards (``recompute=True``) and backwards, each in its own colour."""
+    recomputed forwards (``recompute=True``) and backwards, each in its own colour. Labels with a
+    chunk (``F3c1``, :func:`.pipeline.interleaved_pipeline_step`) draw a device's later chunks
+    lighter, as :func:`plot_schedule` does for the simulated interleaved schedule."""
+    import re
+
     import matplotlib.pyplot as plt
     ax = ax or plt.subplots(figsize=(8, 0.5 + 0.45 * p))[1]
-    bars = [(e.rank, e.label[0], e.label[1:], e.start, e.end) for e in timeline
-            if e.kind == "compute" and e.label[:1] in OP_COLORS]
+    bars, chunks = [], []
+    for e in timeline:
+        label = re.fullmatch(r"([FRB])(\d+)(?:c(\d+))?", str(e.label)) if e.kind == "compute" else None
+        if label:
+            bars.append((e.rank, label[1], label[2], e.start, e.end))
+            chunks.append(int(label[3] or 0))
     t0 = min(b[3] for b in bars)
     bars = [(s, op, i, a - t0, b - t0) for s, op, i, a, b in bars]
-    _draw(ax, bars, p, "time since the first forward (s)", title, unit_label=len(bars) <= 64)
+    interleaved = any(chunks)           # an interleaved run's bars are short: its labels give the micro-batch only
+    _draw(ax, bars, p, "time since the first forward (s)", title, unit_label=len(bars) <= (128 if interleaved else 64),
+          chunks=chunks if interleaved else None, v=max(chunks) + 1)
     return ax

@@ -200,10 +200,11 @@ class StartRecorder:
     """The communicator as a step's reducer sees it: every call passes through to ``comm``, and
     each ``allreduce``/``iallreduce`` is recorded as ``(bucket, comm.now())`` in :attr:`started`.
 
-    The bucket is named by what the call carries: the first not yet started whose gradients,
-    all made by backward already (:meth:`watch`), are the numbers sent (in the bucket's order,
-    or in any order). A call that carries no bucket (a whole vector, a single parameter of a
-    larger bucket) is not recorded."""
+    The bucket is named by what the call carries: a bucket not yet started, all of whose
+    gradients backward has made (:meth:`watch`), with as many numbers as were sent; where
+    several fit, the first whose gradients are the numbers sent (in the bucket's order, else in
+    any order). A call that carries no bucket (a whole vector, a single parameter of a larger
+    bucket) is not recorded."""
 
     def __init__(self, comm, buckets, offsets):
         self._comm, self._buckets = comm, [list(b) for b in buckets]
@@ -232,13 +233,26 @@ class StartRecorder:
         at = self._comm.now()
         sent = np.asarray(sendobj).ravel()
         done = {i for i, _ in self.started}
-        for i, members in enumerate(self._buckets):
-            if i in done or self._sizes[i] != sent.size or not all(q in self._made for q in members):
-                continue
-            mine = np.concatenate([np.asarray(self._made[q]).ravel() for q in members])
-            if np.array_equal(sent, mine) or np.array_equal(np.sort(sent), np.sort(mine)):
-                self.started.append((i, at))
-                return
+        fits = [i for i, members in enumerate(self._buckets) if i not in done and self._sizes[i] == sent.size
+                and all(q in self._made for q in members)]
+        if len(fits) > 1:
+            # buckets of equal size: compare the numbers (cheaply, in the bucket's order, first);
+            # the comparison delays the allreduce, by about 1 ms per 800 KB bucket on a busy 2-core machine
+            fits = ([i for i in fits if self._carries(sent, i)] or
+                    [i for i in fits if np.array_equal(np.sort(sent), np.sort(np.concatenate(
+                        [np.asarray(self._made[q]).ravel() for q in self._buckets[i]])))])
+        if fits:
+            self.started.append((fits[0], at))
+
+    def _carries(self, sent, i) -> bool:
+        """Whether ``sent`` is bucket i's gradients in the bucket's order (compared piece by piece)."""
+        at = 0
+        for q in self._buckets[i]:
+            piece = np.asarray(self._made[q]).ravel()
+            if not np.array_equal(sent[at:at + piece.size], piece):
+                return False
+            at += piece.size
+        return True
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,12 @@ allreduce, non-blocking, as soon as all its gradients are ready, while backward 
 the layers below. After the first layer, the rank waits for every bucket, divides the sum
 by p and updates: the same step as serial training on the whole batch.
 
+Backward is a generator here (:func:`ddp_forward_backward`): a layer's backward runs when its
+first gradient is asked for, so the reducer that consumes it decides what overlaps. The
+overlapped reducer is question ex08_5 (:func:`course_lib.reference.ex08.reduce_in_buckets`: in
+the student release, the student's own); :func:`reduce_after_backward` is the baseline that
+drains backward first. :class:`StartRecorder` notes when each bucket's allreduce started.
+
 The time of such a step, its alpha-beta model and the two-lane timeline that shows the
 overlap are in :mod:`.overlap`. Compute here is emulated: each layer's backward is padded
 (sleeping, so the communication thread gets the CPU) to a time proportional to its FLOPs.

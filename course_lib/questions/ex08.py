@@ -91,9 +91,10 @@ def _ddp_worker(comm, layers, X, T, groups):
 
 @harness
 def run_buckets(fn, widths, batch, cap_bytes, p):
-    """A real overlapped DDP backward on p workers (float32, lesson 06's tanh stack) with the
-    buckets ``fn`` makes. Returns the buckets, the order their allreduces started on each rank,
-    the averaged gradient of rank 0, the serial full-batch gradient and the bytes sent."""
+    """A real DDP step on p workers (float32, lesson 06's tanh stack) with the buckets ``fn``
+    makes, each allreduced by a ring (after backward: the overlap is question ex08_5). Returns the
+    buckets, the order a real backward completed them on each rank, the averaged gradient of
+    rank 0, the serial full-batch gradient and the bytes sent."""
     from course_lib import Cluster
     from course_lib.data_parallel import ddp
     from course_lib.data_parallel.model import flatten_layers

@@ -126,18 +126,42 @@ def test_interleaved_run_refuses_what_the_schedule_cannot_do(stack):
 @pytest.mark.timing   # compares measured time with a model: run alone, after the parallel tests
 @pytest.mark.slow  # a long scenario: make test, not make test-fast
 def test_interleaved_measured_bubble_matches_formula_and_beats_1f1b():
-    p, m, v, cost = 4, 8, 2, 0.08
+    p, m, v, cost = 4, 8, 2, 0.04
     layers = mp.init_deep([4, 6, 6, 6, 6, 6, 6, 6, 2], seed=3)      # 8 layers: 2 per stage, 1 per chunk
     X, T = mp.make_data(16, 4, 2, seed=4)
+    one, inter = [], []
     with cl.Cluster(p) as cluster:
-        one = cluster.run(mp.pipeline_step, layers, X, T, m, "1f1b", t_f=cost, t_b=cost)
-        inter = cluster.run(mp.interleaved_pipeline_step, layers, X, T, m, v, t_f=cost, t_b=cost)
-    got_one, want_one = mp.measured_bubble(one.timeline, p), float(mp.bubble_formula(p, m))
-    got, want = mp.measured_bubble(inter.timeline, p), float(mp.interleaved_bubble(p, m, v))
-    assert abs(got_one - want_one) <= 0.2 * want_one, (got_one, want_one)    # the machine is fit to measure
-    # every hop through a Pipe adds to the span; interleaving makes 2 m (v p - 1) / (2 m (p - 1)) = 7/3 times
-    # as many, so allow the interleaved run up to 3 times the excess 1F1B showed on the same machine
+        for _ in range(3):      # in turn; a busy machine only adds delay, so the least bubble is the cleanest run
+            res = cluster.run(mp.pipeline_step, layers, X, T, m, "1f1b", t_f=cost, t_b=cost)
+            one.append(mp.measured_bubble(res.timeline, p))
+            res = cluster.run(mp.interleaved_pipeline_step, layers, X, T, m, v, t_f=cost, t_b=cost)
+            inter.append(mp.measured_bubble(res.timeline, p))
+    got_one, want_one = min(one), float(mp.bubble_formula(p, m))
+    got, want = min(inter), float(mp.interleaved_bubble(p, m, v))
+    assert abs(got_one - want_one) <= 0.2 * want_one, (one, want_one)     # the machine is fit to measure
+    # every message delays the op that waits for it: the interleaved run strings 2 (v m + p - 1) = 38 ops end to
+    # end against 1F1B's 22, over a span 19/22 as long, so the same delays add about twice 1F1B's excess to its
+    # bubble; allow 3 times what 1F1B showed on the same machine
     excess_one = max(0.0, got_one - want_one)
-    assert 0.8 * want <= got <= 1.2 * want + 3 * excess_one, (got, want, got_one, want_one)
+    assert 0.8 * want <= got <= 1.2 * want + 3 * excess_one, (inter, want, one, want_one)
     # smaller than 1F1B's by at least half of what the formulas predict
-    assert got_one - got >= 0.5 * (want_one - want), (got, got_one)
+    assert got_one - got >= 0.5 * (want_one - want), (inter, one)
+
+
+def test_timeline_plot_draws_every_op_and_lightens_later_chunks(stack):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib.model_parallel.plots import plot_timeline
+    layers, X, T, _ = stack
+    p, m, v = 2, 4, 2
+    with cl.Cluster(p) as cluster:
+        res = cluster.run(mp.interleaved_pipeline_step, layers, X, T, m, v)
+    ax = plot_timeline(res.timeline, p)
+    assert len(ax.collections) == p * 2 * m * v            # one bar per op
+    colours = {tuple(np.round(c.get_facecolor()[0][:3], 3)) for c in ax.collections}
+    assert len(colours) == 4                                # forward, backward; chunk 0 and chunk 1
+    assert "chunk 1: lighter" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["device 0", "device 1"]
+    plt.close("all")

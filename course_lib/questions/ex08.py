@@ -377,9 +377,9 @@ def run_scaled_training(fn, steps, growth_interval, start=2.0 ** 24, p=2):
 
 
 # ------------------------------------------------------------------------------ ex08_5
-#: The communicator methods a reducer may use besides ``iallreduce``: the clock and the traced
-#: compute phase (neither sends anything).
-SPY_ALLOWED = ("now", "compute")
+#: The communicator methods a reducer may use besides ``iallreduce``: the clock, the traced
+#: compute phase and mpi4py's spellings of rank and size (none of them sends anything).
+SPY_ALLOWED = ("now", "compute", "Get_rank", "Get_size")
 
 
 class _Refused(Exception):
@@ -403,7 +403,7 @@ class _SpiedRequest:
 
 class _SpyComm:
     """The communicator a check gives the student's reducer: ``comm.iallreduce`` is recorded and
-    run; ``now``, ``compute``, ``rank`` and ``size`` pass through; any other method is refused."""
+    run; ``rank``, ``size`` and :data:`SPY_ALLOWED` pass through; any other method is refused."""
 
     def __init__(self, comm):
         self._comm = comm

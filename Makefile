@@ -45,8 +45,8 @@ XDIST := -n $(TEST_JOBS) --dist loadgroup
 # What CI runs: lint, every test in parallel (the notebooks among them: what they say about their
 # own timings is a verdict read from the run, course_lib/claims.py), then alone the tests that
 # compare measured time with a model. On 2 cores more than 3 test processes made the parallel phase
-# no shorter (649 s with 5 against 670 s with 3): the CPU is the limit (both cores 90 % busy on
-# average through the parallel phase, 733 s from a fresh clone).
+# no shorter (649 s with 5 against 670 s with 3): the CPU is the limit (both cores 91 % busy on
+# average through the parallel phase, 693 s from a fresh clone).
 # `make test LESSON=04`: one lesson's library, notebook, exercise and grading fixtures (tests/conftest.py,
 # --lesson); a phase with no test of that lesson (pytest's exit status 5) is not a failure.
 LESSON_ARGS = $(if $(LESSON),--lesson $(LESSON))
@@ -58,7 +58,7 @@ test: $(STAMP) $(MPI_STAMP)
 	COURSE_TEST_LESSONS=$(LESSON) $(BIN)/python -m pytest tests -p no:xdist -m "timing and not sweep" \
 		$(LESSON_ARGS) $(PYTEST_ARGS) $(NO_TESTS_IS_FINE)
 
-# About a minute (66 s on 2 cores): lint and the unit tests under the fork start method, without notebooks, the
+# About a minute (56 s on 2 cores): lint and the unit tests under the fork start method, without notebooks, the
 # grader's sandbox, mpiexec jobs, 64-worker runs or a browser.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
